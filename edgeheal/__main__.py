@@ -1,0 +1,3 @@
+from edgeheal.cli import main
+
+raise SystemExit(main())

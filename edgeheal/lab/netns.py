@@ -1,0 +1,171 @@
+"""Network namespaces, veth pairs and processes for the lab and the tests — always removed.
+
+Everything made here is recorded in a :class:`Sandbox`; ``close()`` (also on exceptions,
+Ctrl-C, or from a pytest fixture's finalizer) kills its processes, deletes its namespaces
+(which takes their veths and nftables tables with them) and removes its files. Names are
+unique per run (``eh<pid><rand>``) so an aborted run can never break the next one, and
+:func:`sweep` removes leftovers of *dead* runs by that prefix.
+
+This is lab code: it runs ``ip``, ``nft`` and friends as subprocesses, which the agent
+itself never does in its steady state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PREFIX = "eh"
+"""Every namespace and interface name made by the lab starts with this."""
+
+
+class LabError(Exception):
+    """A lab command failed; the message carries the command and its stderr."""
+
+
+def run(argv: Sequence[str], *, ns: str | None = None, check: bool = True,
+        input: str | None = None, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
+    """Run a command (inside namespace ``ns`` when given) and return its output."""
+    full = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+    proc = subprocess.run(full, capture_output=True, text=True, input=input,
+                          timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise LabError(f"{' '.join(full)} -> exit {proc.returncode}: {proc.stderr.strip()}")
+    return proc
+
+
+def unique(tag: str = "") -> str:
+    """A short unique name (<= 15 chars, fits an interface name): ``eh<pid4><hex4><tag>``."""
+    name = f"{PREFIX}{os.getpid() % 10000:04d}{secrets.token_hex(2)}{tag}"
+    if len(name) > 15:
+        raise ValueError(f"name {name!r} is longer than an interface name may be")
+    return name
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (network namespaces, veth, nftables)")
+
+
+def require_programs(*names: str) -> None:
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        raise LabError(f"missing program(s): {', '.join(missing)} "
+                       "(install them with `install.sh --lab`)")
+
+
+@dataclass
+class Sandbox:
+    """Owns every namespace, process and file a lab run or test makes."""
+
+    namespaces: list[str] = field(default_factory=list)
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)
+
+    def netns(self, tag: str = "") -> str:
+        name = unique(tag)
+        run(["ip", "netns", "add", name])
+        self.namespaces.append(name)
+        run(["ip", "link", "set", "lo", "up"], ns=name)
+        return name
+
+    def veth(self, ns_a: str, ns_b: str, *, addr_a: str, addr_b: str,
+             name_a: str | None = None, name_b: str | None = None) -> tuple[str, str]:
+        """A veth pair between two namespaces, addressed (``10.x.y.z/24``) and up."""
+        a, b = name_a or unique("a"), name_b or unique("b")
+        run(["ip", "link", "add", a, "netns", ns_a, "type", "veth", "peer", "name", b,
+             "netns", ns_b])
+        for ns, ifname, addr in ((ns_a, a, addr_a), (ns_b, b, addr_b)):
+            run(["ip", "addr", "add", addr, "dev", ifname], ns=ns)
+            run(["ip", "link", "set", ifname, "up"], ns=ns)
+        return a, b
+
+    def spawn(self, argv: Sequence[str], *, ns: str | None = None,
+              log_path: Path | None = None, env: dict[str, str] | None = None,
+              ) -> subprocess.Popen[bytes]:
+        """Start a process (in ``ns``) that is killed on close; output to ``log_path``."""
+        full = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+        out = log_path.open("ab") if log_path else subprocess.DEVNULL
+        try:
+            proc = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+        finally:
+            if log_path:
+                out.close()  # type: ignore[union-attr]
+        self.processes.append(proc)
+        return proc
+
+    def nft(self, ns: str, script: str) -> None:
+        """Apply an nftables script inside ``ns`` (tables vanish with the namespace)."""
+        run(["nft", "-f", "-"], ns=ns, input=script)
+
+    def track(self, path: Path) -> Path:
+        self.paths.append(path)
+        return path
+
+    def close(self) -> None:
+        for proc in reversed(self.processes):
+            stop_process(proc)
+        self.processes.clear()
+        for ns in reversed(self.namespaces):
+            run(["ip", "netns", "pids", ns], check=False)
+            for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
+            run(["ip", "netns", "del", ns], check=False)
+        self.namespaces.clear()
+        for path in reversed(self.paths):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        self.paths.clear()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 3.0) -> None:
+    """SIGTERM the process group, then SIGKILL after ``grace`` seconds; always reaps."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def sweep() -> list[str]:
+    """Delete namespaces left by lab runs whose process is gone; return their names."""
+    removed = []
+    out = run(["ip", "netns", "list"], check=False).stdout
+    for line in out.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if not name.startswith(PREFIX) or len(name) < 10 or not name[2:6].isdigit():
+            continue
+        owner_alive = any(p.name.isdigit() and int(p.name) % 10000 == int(name[2:6])
+                          for p in Path("/proc").iterdir() if p.name.isdigit())
+        if not owner_alive:
+            run(["ip", "netns", "del", name], check=False)
+            removed.append(name)
+    return removed
