@@ -252,7 +252,7 @@ def _type_name(tp: Any) -> str:
         tp, str(tp))
 
 
-def _convert(tp: Any, value: Any, key: str, duration: bool) -> Any:  # noqa: C901
+def _convert(tp: Any, value: Any, key: str, duration: bool) -> Any:
     origin = typing.get_origin(tp)
     if origin is Literal:
         if value in typing.get_args(tp):
@@ -344,7 +344,7 @@ def loads(text: str, *, source: str = "<string>") -> Config:
     except tomllib.TOMLDecodeError as err:
         raise ConfigError("", f"not valid TOML: {err}", file=source) from None
     try:
-        config = _parse(Config, data, "")
+        config: Config = _parse(Config, data, "")
     except _KeyError as err:
         raise ConfigError(err.key, err.problem, file=source) from None
     config = dataclasses.replace(config, source=source)

@@ -1,0 +1,305 @@
+"""The supervisor: runs the checks, keeps the one snapshot, and stops in order.
+
+Every check runs as its own named task (``edgeheal.check.<name>``) on its own interval,
+under its own timeout; a check that raises or times out becomes ``unknown`` with the error
+recorded (reasons ``check_error`` / ``check_timeout``) and never takes the agent down.
+Long-running parts (a check's ``serve()``, the alert engine, the remediator, the HTTP
+server) run as named, guarded tasks that are restarted with capped backoff if they crash.
+
+After every run the raw result is debounced (:mod:`edgeheal.debounce`) and a new immutable
+:class:`~edgeheal.model.Snapshot` replaces the old one; HTTP, metrics, alerts and the
+remediator only ever read that snapshot, so a request never waits on a network check.
+
+systemd: ``READY=1`` once every check has completed one run, ``WATCHDOG=1`` from the
+supervisor tick only while every check loop is making progress, ``STATUS=`` on every change
+of the one-line summary, ``STOPPING=1`` on SIGTERM/SIGINT. Shutdown is ordered and bounded
+(:data:`STOP_BUDGET`): checks and actors are cancelled, the alert engine publishes
+``offline`` and marks a clean exit, the HTTP server and the control socket close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from edgeheal import __version__, checks, debounce
+from edgeheal.checks import Check, Context, Event, Serving
+from edgeheal.config import Config
+from edgeheal.control import ControlServer
+from edgeheal.model import CheckResult, CheckStatus, Snapshot, State
+from edgeheal.notify import Notifier
+
+log = logging.getLogger(__name__)
+
+TICK = 0.5
+"""Supervisor tick, seconds: liveness, watchdog pings and the STATUS= line."""
+STOP_BUDGET = 4.0
+"""Seconds the whole shutdown may take (systemd and the spec allow 5)."""
+RESTART_BACKOFF_MAX = 60.0
+
+
+class Agent:
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 notifier: Notifier | None = None) -> None:
+        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+        from edgeheal.metrics import AgentMetrics  # noqa: PLC0415
+
+        self.config = config
+        self.clock, self.wall = clock, wall
+        self.notifier = notifier or Notifier()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.metrics = AgentMetrics(self.registry)
+        self.control = ControlServer(config.agent.state_dir)
+        self.started_mono = clock()
+        self.stop_event = asyncio.Event()
+        self.last_tick = self.started_mono
+        self._statuses: dict[str, CheckStatus] = {}
+        self._history: dict[str, tuple[CheckResult, ...]] = {}
+        self._snapshot = Snapshot(node=config.node, checks={}, started_mono=self.started_mono,
+                                  taken_mono=self.started_mono)
+        self._changed = asyncio.Event()
+        self._ready_sent = False
+        self._summary = ""
+        self.ctx = Context(config=config, registry=self.registry, clock=clock,
+                           snapshot=lambda: self._snapshot, emit=self._emit,
+                           control=self.control.register)
+        self.checks: list[Check] = checks.build(self.ctx)
+        names = [c.name for c in self.checks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate check names: {names}")
+        now, wall_now = clock(), wall()
+        for check in self.checks:
+            self._statuses[check.name] = debounce.initial(
+                check.name, required=check.settings.required, now=now, wall=wall_now)
+        self.alerts = _optional_build("edgeheal.alerts.engine", self.ctx)
+        self.remediator = _optional_build("edgeheal.remediation", self.ctx)
+        self._publish()
+
+    # --- the snapshot ---------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def _publish(self) -> None:
+        now = self.clock()
+        round_complete = all(s.completed for s in self._statuses.values())
+        snap = Snapshot(node=self.config.node, checks=self._statuses,
+                        started_mono=self.started_mono, taken_mono=now,
+                        round_complete=round_complete)
+        extras: dict[str, Any] = {}
+        paths = _optional_module("edgeheal.paths")
+        if paths is not None:
+            extras["path"] = paths.path_verdict(snap, self.config)
+        if self.remediator is not None:
+            extras["remediation"] = self.remediator.view()
+        if extras:
+            snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
+                            taken_mono=snap.taken_mono, round_complete=round_complete,
+                            extras=extras)
+        self._snapshot = snap
+        self._changed.set()
+        if self.alerts is not None:
+            self.alerts.observe(snap)
+
+    def _record(self, check: Check, result: CheckResult, duration: float, outcome: str) -> None:
+        old = self._statuses[check.name]
+        status, self._history[check.name] = debounce.advance(
+            old, result, now=self.clock(), wall=self.wall(),
+            fail_after=check.settings.fail_after, recover_after=check.settings.recover_after,
+            history=self._history.get(check.name, ()))
+        status = dataclasses.replace(status, last_duration=duration)
+        self._statuses[check.name] = status
+        self.metrics.observe_run(check.name, status, duration, outcome)
+        if status.state is not old.state or status.reason != old.reason:
+            level = logging.INFO if status.state.serving else logging.WARNING
+            log.log(level, "check %s: %s (%s) -> %s (%s): %s", check.name, old.state.value,
+                    old.reason, status.state.value, status.reason, status.message,
+                    extra={"check": check.name})
+        self._publish()
+
+    def _emit(self, event: Event) -> None:
+        log.info("event %s: %s", event.kind, event.message, extra={"kind": event.kind})
+        if self.alerts is not None:
+            self.alerts.event(event)
+
+    # --- the tasks ------------------------------------------------------------------------
+
+    async def _check_loop(self, check: Check) -> None:
+        interval = check.settings.effective_interval(self.config.agent)
+        timeout = check.settings.timeout
+        while True:
+            began = self.clock()
+            try:
+                async with asyncio.timeout(timeout):
+                    result = await check.run()
+                outcome = "completed"
+            except TimeoutError:
+                result = CheckResult(State.UNKNOWN, "check_timeout",
+                                     f"no result within {timeout:g}s")
+                outcome = "timeout"
+            except Exception as err:  # a check must never take the agent down
+                log.warning("check %s raised %s: %s", check.name, type(err).__name__, err,
+                            extra={"check": check.name}, exc_info=log.isEnabledFor(
+                                logging.DEBUG))
+                result = CheckResult(State.UNKNOWN, "check_error",
+                                     f"{type(err).__name__}: {err}")
+                outcome = "error"
+            duration = self.clock() - began
+            self._record(check, result, duration, outcome)
+            await asyncio.sleep(max(0.0, interval - duration))
+
+    async def _supervise(self) -> None:
+        """The tick: liveness, watchdog (only while checks progress), STATUS= updates."""
+        last_ping = -1e9
+        while True:
+            now = self.clock()
+            self.last_tick = now
+            stuck = self.stuck_checks(now)
+            snap = self._snapshot
+            if snap.round_complete and not self._ready_sent:
+                self._ready_sent = True
+                self._summary = snap.summary()
+                self.notifier.ready(self._summary)
+                log.info("first round complete: %s", self._summary)
+            elif self._ready_sent and snap.summary() != self._summary:
+                self._summary = snap.summary()
+                self.notifier.status(self._summary)
+            wd = self.notifier.watchdog_interval
+            if wd is not None and now - last_ping >= wd:
+                if stuck:
+                    log.error("not pinging the watchdog: checks %s are making no progress",
+                              ", ".join(stuck))
+                else:
+                    self.notifier.watchdog()
+                    last_ping = now
+            await asyncio.sleep(TICK)
+
+    def stuck_checks(self, now: float) -> list[str]:
+        """Checks whose loop has not completed a run for much longer than it should."""
+        out = []
+        for check in self.checks:
+            status = self._statuses[check.name]
+            last = status.last_run_mono if status.last_run_mono is not None else self.started_mono
+            bound = 2 * (check.settings.effective_interval(self.config.agent)
+                         + check.settings.timeout) + 5.0
+            if now - last > bound:
+                out.append(check.name)
+        return out
+
+    @property
+    def live(self) -> bool:
+        return self.clock() - self.last_tick < 5 * TICK + 1.0
+
+    async def wait_changed(self) -> Snapshot:
+        """Wait for the next published snapshot (used by actors such as the remediator)."""
+        self._changed.clear()
+        await self._changed.wait()
+        return self._snapshot
+
+    async def run(self) -> None:
+        """Run until :attr:`stop_event` is set (SIGTERM/SIGINT set it)."""
+        from edgeheal import http  # noqa: PLC0415 - aiohttp only for `run`
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.stop_event.set)
+        await self.control.start()
+        web = await http.start(self)
+        log.info("edgeheal %s on %s: checks %s; http %s", __version__, self.config.node,
+                 ", ".join(c.name for c in self.checks) or "none",
+                 ", ".join(self.config.http.listen))
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            tasks.append(_spawn("edgeheal.supervisor", self._supervise))
+            for check in self.checks:
+                tasks.append(_spawn(f"edgeheal.check.{check.name}",
+                                    lambda c=check: self._check_loop(c)))  # type: ignore[misc]
+                if isinstance(check, Serving):
+                    tasks.append(_spawn(f"edgeheal.serve.{check.name}", check.serve))
+            for name, actor in (("edgeheal.alerts", self.alerts),
+                                ("edgeheal.remediation", self.remediator)):
+                if actor is not None:
+                    tasks.append(_spawn(name, actor.serve))
+            await self.stop_event.wait()
+        finally:
+            await self._shutdown(tasks, web)
+
+    async def _shutdown(self, tasks: list[asyncio.Task[None]], web: Any) -> None:
+        from edgeheal import http  # noqa: PLC0415
+
+        log.info("stopping")
+        self.notifier.stopping()
+        deadline = self.clock() + STOP_BUDGET
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=max(0.1, deadline - self.clock() - 2.5)) if tasks \
+            else None
+        if self.alerts is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.alerts.close(),
+                                       max(0.1, deadline - self.clock() - 1.0))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(http.stop(web), max(0.1, deadline - self.clock() - 0.3))
+        await self.control.close()
+        for check in self.checks:
+            close = getattr(check, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(close(), 0.2)
+        self.notifier.close()
+        log.info("stopped")
+
+
+def _spawn(name: str, factory: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    return asyncio.create_task(_guard(name, factory), name=name)
+
+
+async def _guard(name: str, factory: Callable[[], Awaitable[None]]) -> None:
+    """Run a long-lived coroutine; log and restart it with capped backoff if it crashes."""
+    delay = 1.0
+    while True:
+        began = time.monotonic()
+        try:
+            await factory()
+            log.warning("task %s returned; restarting in %.0fs", name, delay)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task %s crashed; restarting in %.0fs", name, delay)
+        if time.monotonic() - began > 5 * RESTART_BACKOFF_MAX:
+            delay = 1.0
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RESTART_BACKOFF_MAX)
+
+
+def _optional_module(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name is None or not name.startswith(err.name):
+            raise
+        return None
+
+
+def _optional_build(module: str, ctx: Context) -> Any:
+    mod = _optional_module(module)
+    return mod.build(ctx) if mod is not None else None
+
+
+def run_forever(config: Config) -> None:
+    async def main() -> None:
+        await Agent(config).run()
+
+    asyncio.run(main())

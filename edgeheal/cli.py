@@ -1,0 +1,167 @@
+"""The ``edgeheal`` command. One exit-code table for every command (``model.ExitCode``):
+
+====  ==================================================================================
+0     success; the checked condition holds (healthy, ready, every feature off)
+1     the checked condition is false (not ready, a feature still on, an expectation missed)
+2     usage or configuration error (systemd does not restart on it)
+3     the environment is missing something (agent unreachable, privilege or program)
+====  ==================================================================================
+
+Command groups beyond the spine live in ``edgeheal/commands/<group>.py`` (``add_parser``
+and ``run``), imported only to build the parser; their heavy imports happen in ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from edgeheal import __version__
+from edgeheal.config import ConfigError, load, redacted, split_hostport
+from edgeheal.model import ExitCode
+
+log = logging.getLogger("edgeheal")
+
+COMMAND_GROUPS = ("offload", "alert", "remediation", "lab", "diagnose")
+CONFIG_HELP = "configuration file (default: $EDGEHEAL_CONFIG or /etc/edgeheal/edgeheal.toml)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgeheal", description="Keeps a K3s edge node's Flannel WireGuard tunnel healthy.")
+    parser.add_argument("--version", action="version", version=f"edgeheal {__version__}")
+    parser.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", help=CONFIG_HELP, default=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("run", parents=[common], help="run the agent (what systemd starts)")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("check-config", parents=[common],
+                       help="validate the configuration and print it, secrets redacted")
+    p.set_defaults(func=cmd_check_config)
+    p = sub.add_parser("status", parents=[common], help="show a running agent's /status")
+    p.add_argument("--url", help="agent base URL (default: the first [http] listen address)")
+    p.add_argument("--json", action="store_true", help="print the raw JSON")
+    p.set_defaults(func=cmd_status)
+    for group in COMMAND_GROUPS:
+        try:
+            module = importlib.import_module(f"edgeheal.commands.{group}")
+        except ModuleNotFoundError as err:
+            if err.name != f"edgeheal.commands.{group}":
+                raise
+            continue
+        module.add_parser(sub)
+    _accept_config_everywhere(sub)
+    return parser
+
+
+def _accept_config_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Every (sub)command takes ``--config`` after its name, too."""
+    for leaf in sub.choices.values():
+        if not any("--config" in a.option_strings for a in leaf._actions):
+            leaf.add_argument("--config", metavar="PATH", help=CONFIG_HELP,
+                              default=argparse.SUPPRESS)
+        for action in leaf._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _accept_config_everywhere(action)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from edgeheal import log as logsetup  # noqa: PLC0415
+
+    logsetup.setup(os.environ.get("EDGEHEAL_LOG_LEVEL", "info"))
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return int(exit_.code or 0) and ExitCode.USAGE
+    try:
+        return int(args.func(args))
+    except ConfigError as err:
+        print(f"edgeheal: configuration error: {err}", file=sys.stderr)
+        return ExitCode.USAGE
+    except KeyboardInterrupt:
+        return ExitCode.CONDITION_FALSE
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = load(args.config)
+    from edgeheal import log as logsetup  # noqa: PLC0415
+    from edgeheal.agent import run_forever  # noqa: PLC0415
+
+    logsetup.setup(os.environ.get("EDGEHEAL_LOG_LEVEL", config.agent.log_level))
+    try:
+        run_forever(config)
+    except PermissionError as err:
+        log.error("permission denied: %s (run as root or with CAP_NET_ADMIN)", err)
+        return ExitCode.ENVIRONMENT
+    except OSError as err:
+        log.error("cannot start: %s", err)
+        return ExitCode.ENVIRONMENT
+    return ExitCode.OK
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = load(args.config)
+    print(f"# {config.source}: valid", file=sys.stderr)
+    print(json.dumps(redacted(config), indent=2))
+    return ExitCode.OK
+
+
+def _default_url(args: argparse.Namespace) -> str:
+    if args.url:
+        return str(args.url).rstrip("/")
+    listen = "127.0.0.1:9917"
+    try:
+        listen = load(args.config).http.listen[0]
+    except ConfigError:
+        if args.config:
+            raise
+    host, port = split_hostport(listen)
+    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a listen address, not a bind
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    url = _default_url(args) + "/status"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - http(s) only
+            doc: dict[str, Any] = json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        print(f"edgeheal: cannot read {url}: {err}", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(render_status(doc))
+    return ExitCode.OK if doc.get("ready") else ExitCode.CONDITION_FALSE
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    lines = [f"node {doc.get('node')}  edgeheal {doc.get('version')}  "
+             f"up {float(doc.get('uptime_seconds', 0)):.0f}s  "
+             f"{'READY' if doc.get('ready') else 'NOT READY'}", ""]
+    rows = [("CHECK", "STATE", "REASON", "SINCE", "MESSAGE")]
+    for name, check in (doc.get("checks") or {}).items():
+        rows.append((name + (" *" if check.get("required") else ""), check.get("state", ""),
+                     check.get("reason", ""), check.get("since", ""),
+                     str(check.get("message", ""))[:80]))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
+    for row in rows:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row[:4], widths, strict=True))
+                     + "  " + row[4])
+    lines.append("(* required: gates /readyz)")
+    for action in doc.get("actions") or []:
+        lines.append(f"action {action.get('time')} {action.get('action')} "
+                     f"{action.get('result')}: {action.get('reason')}")
+    return "\n".join(lines)
