@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from edgeheal import __version__, checks, debounce
+from edgeheal import __version__, debounce
+from edgeheal import checks as registry
 from edgeheal.checks import Check, Context, Event, Serving
 from edgeheal.config import Config
 from edgeheal.control import ControlServer
@@ -49,7 +50,9 @@ RESTART_BACKOFF_MAX = 60.0
 class Agent:
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None,
+                 checks: list[Check] | None = None) -> None:
+        """``checks`` replaces the registry's checks (tests inject their own)."""
         from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
         from edgeheal.metrics import AgentMetrics  # noqa: PLC0415
@@ -73,7 +76,9 @@ class Agent:
         self.ctx = Context(config=config, registry=self.registry, clock=clock,
                            snapshot=lambda: self._snapshot, emit=self._emit,
                            control=self.control.register)
-        self.checks: list[Check] = checks.build(self.ctx)
+        self.checks: list[Check] = (
+            list(checks) if checks is not None else registry.build(self.ctx))
+        self.http_runner: Any = None
         names = [c.name for c in self.checks]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate check names: {names}")
@@ -216,7 +221,7 @@ class Agent:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop_event.set)
         await self.control.start()
-        web = await http.start(self)
+        web = self.http_runner = await http.start(self)
         log.info("edgeheal %s on %s: checks %s; http %s", __version__, self.config.node,
                  ", ".join(c.name for c in self.checks) or "none",
                  ", ".join(self.config.http.listen))

@@ -24,7 +24,7 @@ import urllib.request
 from typing import Any
 
 from edgeheal import __version__
-from edgeheal.config import ConfigError, load, redacted, split_hostport
+from edgeheal.config import ConfigError, load, redacted, reference, split_hostport
 from edgeheal.model import ExitCode
 
 log = logging.getLogger("edgeheal")
@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check-config", parents=[common],
                        help="validate the configuration and print it, secrets redacted")
+    p.add_argument("--reference", action="store_true",
+                   help="print the configuration reference (Markdown) instead")
     p.set_defaults(func=cmd_check_config)
     p = sub.add_parser("status", parents=[common], help="show a running agent's /status")
     p.add_argument("--url", help="agent base URL (default: the first [http] listen address)")
@@ -111,10 +113,34 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    if args.reference:
+        print(reference_markdown())
+        return ExitCode.OK
     config = load(args.config)
     print(f"# {config.source}: valid", file=sys.stderr)
     print(json.dumps(redacted(config), indent=2))
     return ExitCode.OK
+
+
+def reference_markdown() -> str:
+    lines = ["# Configuration reference", "",
+             "Generated from the settings' docstrings by "
+             "`edgeheal check-config --reference`; do not edit by hand.", "",
+             "The file is TOML, by default `/etc/edgeheal/edgeheal.toml` (`--config PATH` or "
+             "`$EDGEHEAL_CONFIG` override it). Durations accept `\"20s\"`, `\"2m\"`, `\"1h\"`, "
+             "`\"500ms\"` or a number of seconds. Unknown keys are errors (exit 2), so a typo "
+             "never silently falls back to a default. Every check section (`[offload]`, "
+             "`[wireguard]`, each `[[mqtt.targets]]`) also takes the common keys `enabled`, "
+             "`interval`, `timeout`, `fail_after`, `recover_after`, `required`.", ""]
+    section = None
+    for key, default, text in reference():
+        head = key.rsplit(".", 1)[0] if "." in key else ""
+        if head != section:
+            section = head
+            lines += ["", f"## `[{head}]`", "", "| key | default | meaning |",
+                      "|---|---|---|"]
+        lines.append(f"| `{key}` | `{default}` | {text.replace('|', '/')} |")
+    return "\n".join(lines)
 
 
 def _default_url(args: argparse.Namespace) -> str:

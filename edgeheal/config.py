@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import json
 import os
 import re
 import socket
@@ -117,7 +118,7 @@ class CheckSettings:
         duration=True)
     timeout: float = setting(
         5.0, "A run that takes longer is abandoned and counts as `unknown` (reason "
-        "`timeout`).", duration=True)
+        "`check_timeout`).", duration=True)
     fail_after: int = setting(
         2, "Consecutive results at least as bad as a new, worse state before it becomes "
         "effective. 2 means one lost packet never flips a probe.")
@@ -222,6 +223,74 @@ class AlertSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    """`[remediation.service]`: how the `k3s-service` remedy restarts K3s's embedded Flannel."""
+
+    unit: str = setting(
+        "auto", "The systemd unit restarted over D-Bus. `auto`: `k3s-agent.service` on "
+        "agents, `k3s.service` on servers (whichever is loaded; the active one if both "
+        "are). Or a K3s unit name (`k3s*.service`, e.g. from `INSTALL_K3S_NAME`; then "
+        "list it in the polkit rule too). The agent restarts this unit and no other.")
+    timeout: float = setting(
+        120.0, "How long the restart job plus the unit becoming `active` again may take "
+        "before the restart counts as failed (K3s's start includes containerd).",
+        duration=True)
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    kubeconfig: str = setting(
+        "", "Kubeconfig file for the agent's own service account (client certificate or "
+        "token, custom CA: K3s's format; `edgeheal kubeconfig` writes one). Empty: in-cluster "
+        "service-account credentials. Never K3s's admin `k3s.yaml`. The section's presence "
+        "enables the Kubernetes side (pods, Events on the Node, the Node condition).")
+    context: str = setting("", "Kubeconfig context to use. Empty: the current context.")
+    request_timeout: float = setting(
+        10.0, "Timeout of every single API call.", duration=True)
+    retries: int = setting(
+        4, "Retries of a call answered 429 (after `Retry-After`) or 5xx, or that timed out, "
+        "with exponential backoff and jitter.")
+    node_condition: bool = setting(
+        True, "Keep the `EdgeTunnelHealthy` Node condition current (needs `patch` on "
+        "`nodes/status`; a 403 turns it off with one warning).")
+    events: bool = setting(
+        True, "Record each remediation as an Event on the Node (needs `create` on `events`).")
+
+
+@dataclass(frozen=True, slots=True)
+class PodRemedySettings:
+    namespace: str = setting("kube-flannel", "Namespace of the Flannel DaemonSet's pods.")
+    label_selector: str = setting("app=flannel", "Label selector of Flannel's pods.")
+    ready_timeout: float = setting(
+        60.0, "How long the replacement pod may take to be Running and Ready.",
+        duration=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationSettings:
+    mode: Literal["auto", "pod", "k3s-service", "none"] = setting(
+        "auto", "`pod` deletes this node's Flannel pod (DaemonSet Flannel), `k3s-service` "
+        "restarts the k3s/k3s-agent unit (embedded Flannel), `none` only alerts. `auto` "
+        "picks `pod` when a Flannel pod runs on this node, else `k3s-service` when the unit "
+        "exists, else `none`, and says why in /status and the log.")
+    dry_run: bool = setting(False, "Log and alert what would be done; do nothing.")
+    cooldown: float = setting(120.0, "Least time between two restarts.", duration=True)
+    max_per_hour: int = setting(
+        3, "Most restarts in any sliding hour, across agent restarts on the same boot.")
+    startup_grace: float = setting(
+        60.0, "No restart this soon after the agent or the node started.", duration=True)
+    give_up_after: int = setting(
+        3, "Restarts in a row that did not cure the tunnel before the circuit opens (no "
+        "more restarts, a critical alert; it closes when the tunnel is healthy again or on "
+        "`edgeheal remediation reset`).")
+    verify_timeout: float = setting(
+        60.0, "How long to wait for the tunnel to recover after a restart (fresh handshake, "
+        "rx growing, tunnel-path MQTT ok).", duration=True)
+    pod: PodRemedySettings = field(default_factory=PodRemedySettings)
+    service: ServiceSettings = field(default_factory=ServiceSettings)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     agent: AgentSettings = field(default_factory=AgentSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
@@ -229,6 +298,9 @@ class Config:
     wireguard: WireguardSettings = field(default_factory=WireguardSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
+    kubernetes: KubernetesSettings | None = field(
+        default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))
+    remediation: RemediationSettings = field(default_factory=RemediationSettings)
     source: str = field(default="", metadata=doc("internal: the file this came from"))
 
     @property
@@ -238,12 +310,15 @@ class Config:
 
 # --- parsing ----------------------------------------------------------------------------
 
-def _type_name(tp: Any) -> str:
+def _type_name(tp: Any, duration: bool = False) -> str:
+    if duration and tp is float:
+        return 'a duration such as "20s", "2m", "1h" or seconds'
     origin = typing.get_origin(tp)
     if origin is Literal:
         return " or ".join(repr(a) for a in typing.get_args(tp))
     if origin in (types.UnionType, typing.Union):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp) if a is not type(None))
+        return " or ".join(_type_name(a, duration) for a in typing.get_args(tp)
+                           if a is not type(None))
     if origin is tuple:
         return f"a list of {_type_name(typing.get_args(tp)[0])}"
     if dataclasses.is_dataclass(tp):
@@ -267,7 +342,7 @@ def _convert(tp: Any, value: Any, key: str, duration: bool) -> Any:
                 return _convert(alt, value, key, duration)
             except ValueError as err:
                 errors.append(str(err))
-        raise ValueError(f"expected {_type_name(tp)}, got {value!r}")
+        raise ValueError(f"expected {_type_name(tp, duration)}, got {value!r}")
     if origin is tuple:
         if not isinstance(value, list):
             raise ValueError(f"expected {_type_name(tp)}, got {value!r}")
@@ -357,6 +432,7 @@ def loads(text: str, *, source: str = "<string>") -> Config:
 
 def _validate(config: Config) -> None:
     """Cross-field rules, after defaults are applied."""
+    _validate_remediation(config)
     if config.agent.check_interval <= 0:
         raise _KeyError("agent.check_interval", "must be greater than zero")
     if not config.http.listen:
@@ -412,6 +488,41 @@ def _validate(config: Config) -> None:
                         "expected \"auto\" or a list of public keys and/or CIDRs")
 
 
+def _validate_remediation(config: Config) -> None:
+    """[kubernetes], [remediation] and [remediation.pod] rules (Remediation I)."""
+    rem = config.remediation
+    for key, value in (("cooldown", rem.cooldown), ("startup_grace", rem.startup_grace)):
+        if value < 0:
+            raise _KeyError(f"remediation.{key}", "cannot be negative")
+    if rem.max_per_hour < 1:
+        raise _KeyError("remediation.max_per_hour",
+                        "must be at least 1 (use mode = \"none\" to never restart)")
+    if rem.give_up_after < 1:
+        raise _KeyError("remediation.give_up_after", "must be at least 1")
+    if rem.verify_timeout <= 0:
+        raise _KeyError("remediation.verify_timeout", "must be greater than zero")
+    if rem.pod.ready_timeout <= 0:
+        raise _KeyError("remediation.pod.ready_timeout", "must be greater than zero")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", rem.pod.namespace):
+        raise _KeyError("remediation.pod.namespace",
+                        f"not a Kubernetes namespace name: {rem.pod.namespace!r}")
+    if not rem.pod.label_selector.strip():
+        raise _KeyError("remediation.pod.label_selector",
+                        "is required (it selects Flannel's pods, e.g. \"app=flannel\")")
+    if rem.mode == "pod" and config.kubernetes is None:
+        raise _KeyError("remediation.mode",
+                        "\"pod\" needs a [kubernetes] section (kubeconfig or in-cluster)")
+    kube = config.kubernetes
+    if kube is not None:
+        if kube.request_timeout <= 0:
+            raise _KeyError("kubernetes.request_timeout", "must be greater than zero")
+        if not 0 <= kube.retries <= 10:
+            raise _KeyError("kubernetes.retries", f"expected 0-10, got {kube.retries}")
+        if kube.kubeconfig and not Path(kube.kubeconfig).is_absolute():
+            raise _KeyError("kubernetes.kubeconfig",
+                            f"must be an absolute path, got {kube.kubeconfig!r}")
+
+
 def _validate_features(features: tuple[str, ...]) -> None:
     from edgeheal.features import KERNEL_FEATURES  # noqa: PLC0415 - small, pure table
 
@@ -422,6 +533,20 @@ def _validate_features(features: tuple[str, ...]) -> None:
             valid = ", ".join(sorted(KERNEL_FEATURES))
             raise _KeyError(f"offload.features[{i}]",
                             f"unknown feature {name!r}{hint}; valid names: {valid}")
+
+
+K3S_UNIT_PATTERN = re.compile(r"k3s[A-Za-z0-9:_.\\-]{0,200}\.service")
+"""The units the `k3s-service` remedy may restart: K3s's own (`k3s`, `k3s-agent`,
+`k3s-<INSTALL_K3S_NAME>`), never an arbitrary unit."""
+
+
+def _validate_service(service: ServiceSettings, key: str = "remediation.service") -> None:
+    if service.unit != "auto" and not K3S_UNIT_PATTERN.fullmatch(service.unit):
+        raise _KeyError(f"{key}.unit",
+                        f"expected \"auto\" or a K3s service unit such as "
+                        f"\"k3s-agent.service\" or \"k3s.service\", got {service.unit!r}")
+    if service.timeout <= 0:
+        raise _KeyError(f"{key}.timeout", "must be greater than zero")
 
 
 def split_hostport(addr: str) -> tuple[str, int]:
@@ -477,7 +602,7 @@ def reference() -> list[tuple[str, str, str]]:
             default = f.default if f.default is not dataclasses.MISSING else None
             shown = (format_duration(default) if f.metadata.get("duration")
                      and isinstance(default, float) else default)
-            rows.append((key, repr(shown), f.metadata.get("doc", "")))
+            rows.append((key, json.dumps(shown), f.metadata.get("doc", "")))
 
     walk(Config, "")
     return rows

@@ -11,7 +11,7 @@ commands go through the root-only control socket (:mod:`edgeheal.control`).
 - ``/probe/{check}``: 200 for ok/degraded, 503 for failed/unknown (or no run yet).
 - ``/status``: the whole snapshot as JSON. ``/metrics``: Prometheus text.
 
-The JSON shapes are in ``edgeheal/schemas/`` and the tests validate real responses.
+The JSON shapes are in ``schemas/`` (JSON Schema) and the tests validate real responses.
 """
 
 from __future__ import annotations

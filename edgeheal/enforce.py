@@ -1,0 +1,441 @@
+"""The checksum-offload reconciler: desired state "off", re-applied whenever it drifts.
+
+Why: in the field incident a 4G NIC computed TX checksums in hardware, and after Flannel's
+WireGuard encapsulation they were wrong, so the cloud gateway dropped the node's rekey
+packets and the tunnel died for minutes at a time. Turning TX checksum offload off (the
+kernel then checksums in software) cures it -- but only while it stays off, and a USB
+modem that re-enumerates comes back as a *new* interface with offload on. So this is a
+reconciler, not a remediation: it acts on its own, at once, outside the remediation budget
+and ``remediation.mode``, on three occasions (the ``cause`` label):
+
+- ``boot``: the first pass of this process (the oneshot unit, or the agent starting);
+- ``link_event``: an rtnetlink ``RTM_NEWLINK`` for a matching interface (it appeared, was
+  re-created, or its features changed), acted on immediately (:mod:`edgeheal.links`);
+- ``recheck``: the ``offload`` check's interval, a safety net for a missed event.
+
+Every correction after the first pass is *drift*: counted in
+``edgeheal_offload_corrections_total{interface,cause}``, logged as a warning and emitted as
+an ``offload.drift_corrected`` event.
+
+Per interface and feature, the pure :func:`classify` gives one :class:`Outcome`:
+
+===============  ====================================================================
+``changed``      was on, now off
+``already-off``  off and changeable: nothing to do
+``fixed-off``    off and not changeable: fine
+``fixed-on``     on and not changeable: this NIC cannot be switched to software checksums
+``not-present``  the kernel reports no such feature for this interface: counts as off
+``on``           on and changeable, left alone (``--dry-run``, ``enforce = false``, status)
+``refused``      we asked for off, the driver accepted, but it still reads back on
+===============  ====================================================================
+
+The ioctls run on one worker thread, so the event loop never blocks on a driver that
+resets its hardware to change a feature; passes are serialized by a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import fnmatch
+import functools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from edgeheal.ethtool import (
+    EthtoolError,
+    Feature,
+    FeatureSource,
+    NoSuchInterface,
+    PermissionDenied,
+    Unsupported,
+)
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from edgeheal.checks import Event
+
+log = logging.getLogger(__name__)
+
+Cause = Literal["boot", "link_event", "recheck"]
+DRIFT_EVENT = "offload.drift_corrected"
+
+
+class Outcome(enum.Enum):
+    CHANGED = "changed"
+    ALREADY_OFF = "already-off"
+    FIXED_OFF = "fixed-off"
+    FIXED_ON = "fixed-on"
+    NOT_PRESENT = "not-present"
+    ON = "on"
+    REFUSED = "refused"
+
+    @property
+    def off(self) -> bool:
+        """The feature is off (or absent) after the pass: the desired state holds."""
+        return self in _OFF
+
+
+_OFF = frozenset({Outcome.CHANGED, Outcome.ALREADY_OFF, Outcome.FIXED_OFF, Outcome.NOT_PRESENT})
+
+
+def classify(before: Feature | None, after: Feature | None = None) -> Outcome:
+    """The result for one interface and feature. ``before`` is the feature as read
+    (None: the kernel reports no such feature); ``after`` is the read-back after we asked
+    for "off" (None: we did not ask)."""
+    if before is None:
+        return Outcome.NOT_PRESENT
+    if before.fixed:
+        return Outcome.FIXED_ON if before.on else Outcome.FIXED_OFF
+    if not before.on:
+        return Outcome.ALREADY_OFF
+    if after is None:
+        return Outcome.ON
+    return Outcome.REFUSED if after.on else Outcome.CHANGED
+
+
+def to_disable(features: Mapping[str, Feature], wanted: Iterable[str]) -> list[str]:
+    """The configured features that are on and changeable (what a pass switches off)."""
+    return [n for n in wanted if (f := features.get(n)) is not None and f.on and not f.fixed]
+
+
+def select(present: Iterable[str], patterns: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(present interfaces matching any pattern, sorted; patterns matching none)."""
+    names, pats = sorted(set(present)), tuple(patterns)
+    matched = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+    unmatched = [p for p in pats if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    return matched, unmatched
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureResult:
+    feature: str
+    outcome: Outcome
+    before: Feature | None
+    after: Feature | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InterfaceReport:
+    interface: str
+    results: tuple[FeatureResult, ...] = ()
+    error: Literal["", "permission_denied", "error"] = ""
+    message: str = ""
+
+    @property
+    def all_off(self) -> bool:
+        return not self.error and all(r.outcome.off for r in self.results)
+
+    @property
+    def changed(self) -> list[str]:
+        return [r.feature for r in self.results if r.outcome is Outcome.CHANGED]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One pass over the matching interfaces."""
+
+    interfaces: tuple[InterfaceReport, ...] = ()
+    unmatched: tuple[str, ...] = ()
+    """Configured names/globs that matched no present interface."""
+    act: bool = True
+
+    @property
+    def all_off(self) -> bool:
+        return all(i.all_off for i in self.interfaces)
+
+    @property
+    def permission_denied(self) -> bool:
+        return any(i.error == "permission_denied" for i in self.interfaces)
+
+    def outcomes(self, *which: Outcome) -> list[tuple[str, FeatureResult]]:
+        return [(i.interface, r) for i in self.interfaces for r in i.results
+                if r.outcome in which]
+
+
+def reconcile_interface(source: FeatureSource, ifname: str, wanted: tuple[str, ...], *,
+                        act: bool) -> InterfaceReport | None:
+    """Read, (turn off,) read back and classify one interface; None if it is gone."""
+    try:
+        before = source.features(ifname)
+    except NoSuchInterface:
+        log.debug("%s vanished before it could be read", ifname, extra={"interface": ifname})
+        return None
+    except Unsupported as err:
+        log.debug("%s", err, extra={"interface": ifname})
+        before = {}
+    except EthtoolError as err:
+        return InterfaceReport(ifname, error="error", message=str(err))
+    off = to_disable(before, wanted)
+    after: Mapping[str, Feature] | None = None
+    if act and off:
+        try:
+            source.disable(ifname, off)
+            after = source.features(ifname)
+        except NoSuchInterface:
+            return None
+        except PermissionDenied as err:
+            return InterfaceReport(
+                ifname, tuple(FeatureResult(n, classify(before.get(n)), before.get(n))
+                              for n in wanted),
+                error="permission_denied", message=str(err))
+        except EthtoolError as err:
+            return InterfaceReport(
+                ifname, tuple(FeatureResult(n, classify(before.get(n)), before.get(n))
+                              for n in wanted), error="error", message=str(err))
+    results = []
+    for name in wanted:
+        b = before.get(name)
+        a = after.get(name) if (after is not None and name in off) else None
+        if a is None and after is not None and name in off:
+            a = Feature(name, False, False)  # gone after the change: it is not on
+        results.append(FeatureResult(name, classify(b, a), b, a))
+    return InterfaceReport(ifname, tuple(results))
+
+
+def apply(source: FeatureSource, patterns: tuple[str, ...], wanted: tuple[str, ...], *,
+          act: bool, only: str | None = None) -> Report:
+    """One pass over the present interfaces matching ``patterns`` (or just ``only``)."""
+    present = source.interfaces()
+    if only is not None:
+        present = [n for n in present if n == only]
+    matched, unmatched = select(present, patterns)
+    reports = [r for n in matched
+               if (r := reconcile_interface(source, n, wanted, act=act)) is not None]
+    return Report(tuple(reports), tuple(unmatched) if only is None else (), act)
+
+
+@dataclass(frozen=True, slots=True)
+class Correction:
+    interface: str
+    features: tuple[str, ...]
+    cause: Cause
+    drift: bool
+
+
+class Metrics:
+    """``edgeheal_offload_feature_enabled`` and ``edgeheal_offload_corrections_total``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        from prometheus_client import Counter, Gauge  # noqa: PLC0415
+
+        self.enabled = Gauge(
+            "edgeheal_offload_feature_enabled",
+            "1 while a configured offload feature is on for a matching interface, else 0.",
+            ["interface", "feature"], registry=registry)
+        self.corrections = Counter(
+            "edgeheal_offload_corrections_total",
+            "Offload features switched back off, by interface and cause "
+            "(boot, link_event, recheck).", ["interface", "cause"], registry=registry)
+        self._series: set[tuple[str, str]] = set()
+
+    def publish(self, report: InterfaceReport) -> None:
+        for r in report.results:
+            state = r.after if r.after is not None else r.before
+            if state is None:
+                self._drop((report.interface, r.feature))
+                continue
+            self.enabled.labels(report.interface, r.feature).set(1 if state.on else 0)
+            self._series.add((report.interface, r.feature))
+
+    def forget(self, interface: str) -> None:
+        for key in [k for k in self._series if k[0] == interface]:
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        if key in self._series:
+            self._series.discard(key)
+            self.enabled.remove(*key)
+
+
+@dataclass
+class _State:
+    first_done: bool = False
+    drift_total: int = 0
+    pending_drift: list[Correction] = field(default_factory=list)
+    bad: set[tuple[str, str, str]] = field(default_factory=set)
+    last: Report | None = None
+    interfaces: dict[str, InterfaceReport] = field(default_factory=dict)
+
+
+class Enforcer:
+    """Keeps the configured features off; run :meth:`serve` for link events and call
+    :meth:`recheck` on the check's interval.
+
+    ``netns`` (lab, tests, bench) runs every ioctl and the link listener inside that named
+    network namespace; the agent leaves it None.
+    """
+
+    def __init__(self, patterns: tuple[str, ...], features: tuple[str, ...], *,
+                 enforce: bool = True, registry: CollectorRegistry | None = None,
+                 emit: Callable[[Event], None] = lambda event: None,
+                 source: Callable[[], FeatureSource] | None = None,
+                 netns: str | None = None) -> None:
+        self.patterns, self.features, self.enforce = patterns, features, enforce
+        self.metrics = Metrics(registry) if registry is not None else None
+        self._emit = emit
+        self._make_source = source or _real_source
+        self._source: FeatureSource | None = None
+        self._netns = netns
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="edgeheal-ethtool",
+            initializer=functools.partial(_enter_netns, netns) if netns else None)
+        self._lock = asyncio.Lock()
+        self._state = _State()
+
+    # --- passes -------------------------------------------------------------------------
+
+    async def reconcile(self, cause: Cause, only: str | None = None) -> Report:
+        """One pass (all matching interfaces, or ``only``) on the worker thread."""
+        async with self._lock:
+            if not self._state.first_done:
+                cause, only = "boot", None
+            loop = asyncio.get_running_loop()
+            report = await loop.run_in_executor(self._executor, self._pass, only)
+            self._account(report, cause, partial=only is not None)
+            return report
+
+    def _pass(self, only: str | None) -> Report:
+        if self._source is None:
+            self._source = self._make_source()
+        return apply(self._source, self.patterns, self.features, act=self.enforce, only=only)
+
+    def _account(self, report: Report, cause: Cause, *, partial: bool) -> None:
+        st = self._state
+        drift = st.first_done
+        if not partial:
+            for gone in set(st.interfaces) - {i.interface for i in report.interfaces}:
+                self.forget(gone)
+        for iface in report.interfaces:
+            st.interfaces[iface.interface] = iface
+            if self.metrics is not None:
+                self.metrics.publish(iface)
+            self._log_problems(iface)
+            if not iface.changed:
+                continue
+            fix = Correction(iface.interface, tuple(iface.changed), cause, drift)
+            if self.metrics is not None:
+                self.metrics.corrections.labels(iface.interface, cause).inc()
+            if drift:
+                st.drift_total += 1
+                st.pending_drift.append(fix)
+                log.warning("offload drift on %s: %s was on again; turned off (%s)",
+                            fix.interface, ", ".join(fix.features), cause,
+                            extra={"interface": fix.interface, "cause": cause})
+                self._emit_drift(fix)
+            else:
+                log.info("turned off %s on %s (%s)", ", ".join(fix.features), fix.interface,
+                         cause, extra={"interface": fix.interface, "cause": cause})
+        if not partial:
+            for pattern in report.unmatched:
+                log.debug("no interface matches %r", pattern, extra={"pattern": pattern})
+            st.last = report
+        elif st.last is not None:
+            st.last = Report(tuple(st.interfaces.values()), st.last.unmatched, report.act)
+        st.first_done = True
+
+    def _emit_drift(self, fix: Correction) -> None:
+        from edgeheal.checks import Event  # noqa: PLC0415 - avoid an import cycle
+
+        self._emit(Event(DRIFT_EVENT,
+                         f"TX checksum offload was on again on {fix.interface} "
+                         f"({', '.join(fix.features)}); turned it off",
+                         {"interface": fix.interface, "features": list(fix.features),
+                          "cause": fix.cause}))
+
+    def _log_problems(self, iface: InterfaceReport) -> None:
+        """Warn once per (interface, feature, problem), not on every pass."""
+        st = self._state
+        now: set[tuple[str, str, str]] = set()
+        if iface.error:
+            now.add((iface.interface, "", iface.error))
+        for r in iface.results:
+            if r.outcome in (Outcome.FIXED_ON, Outcome.REFUSED):
+                now.add((iface.interface, r.feature, r.outcome.value))
+        mine = {k for k in st.bad if k[0] == iface.interface}
+        for key in sorted(now - mine):
+            log.warning("%s", problem_text(iface, key[1], key[2]),
+                        extra={"interface": iface.interface})
+        st.bad = (st.bad - mine) | now
+
+    def forget(self, interface: str) -> None:
+        self._state.interfaces.pop(interface, None)
+        self._state.bad = {k for k in self._state.bad if k[0] != interface}
+        if self.metrics is not None:
+            self.metrics.forget(interface)
+
+    def take_drift(self) -> list[Correction]:
+        """The drift corrections since the last call (the check reports them once)."""
+        out, self._state.pending_drift = self._state.pending_drift, []
+        return out
+
+    @property
+    def drift_total(self) -> int:
+        return self._state.drift_total
+
+    # --- link events --------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Listen to link events and reconcile a matching interface at once. Runs until
+        cancelled; a listener failure raises (the supervisor restarts us, and the restart
+        re-reconciles everything, covering any lost event)."""
+        from edgeheal.links import DELLINK, LinkListener  # noqa: PLC0415
+
+        async with LinkListener(netns=self._netns) as links:
+            await self.reconcile("recheck")  # after bind: nothing slips between
+            async for event, ifname, _ in links:
+                if event == DELLINK:
+                    if ifname in self._state.interfaces:
+                        log.info("%s went away", ifname, extra={"interface": ifname})
+                        self.forget(ifname)
+                    continue
+                if not ifname or not any(fnmatch.fnmatchcase(ifname, p)
+                                         for p in self.patterns):
+                    continue
+                await self.reconcile("link_event", only=ifname)
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        source, self._source = self._source, None
+        closer = getattr(source, "close", None)
+        if closer is not None:
+            closer()
+
+
+def problem_text(iface: InterfaceReport, feature: str, problem: str) -> str:
+    if problem == "fixed-on":
+        return (f"{iface.interface}: {feature} is on and fixed: this NIC's driver does not "
+                "allow turning TX checksum offload off, so it cannot be switched to "
+                "software checksums (use another NIC or driver for the tunnel's uplink)")
+    if problem == "refused":
+        return (f"{iface.interface}: asked the driver to turn {feature} off, but it still "
+                "reads back on")
+    return iface.message or f"{iface.interface}: {problem}"
+
+
+def _real_source() -> FeatureSource:
+    from edgeheal.ethtool import Ethtool  # noqa: PLC0415
+
+    return Ethtool()
+
+
+def _enter_netns(name: str) -> None:
+    """Executor initializer: move this worker thread (only) into network namespace ``name``."""
+    from pyroute2 import netns  # noqa: PLC0415
+
+    netns.setns(name, flags=0, fork=False)
+
+
+def report_detail(report: Report) -> dict[str, Any]:
+    """JSON-ready view of a pass for /status: {interface: {feature: outcome}}."""
+    out: dict[str, Any] = {
+        "interfaces": {i.interface: ({r.feature: r.outcome.value for r in i.results}
+                                     | ({"error": i.message} if i.error else {}))
+                       for i in report.interfaces}}
+    if report.unmatched:
+        out["unmatched"] = list(report.unmatched)
+    return out

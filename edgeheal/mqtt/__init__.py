@@ -1,0 +1,85 @@
+"""The MQTT boundary: broker probes and the kept-open alert connection, over paho-mqtt 2.x.
+
+Why a boundary of our own: paho is a fine codec for MQTT 3.1.1 and 5 but its network side
+is blocking (``connect`` resolves, connects and does the TLS handshake synchronously) and
+its failures arrive as integers, reason-code objects or exceptions depending on where they
+happen. Here the TCP connect and the TLS handshake are done by asyncio on a non-blocking
+socket, then handed to paho, which is driven by the event loop's reader/writer callbacks
+(``loop_read``/``loop_write``, as aiomqtt 2.x does) — no thread per probe, and every step
+is under one hard deadline, so a peer that accepts and never answers, or answers garbage,
+cannot hang or crash the agent. Every failure becomes one :class:`MqttError` whose
+``reason`` is from the closed table below.
+
+Reasons (and what the mqtt check makes of them):
+
+=================  ======  ==============================================================
+reason             state   meaning
+=================  ======  ==============================================================
+``ok``             ok      CONNECT answered by a successful CONNACK (then DISCONNECT)
+``refused``        failed  the broker answered but rejected us (bad credentials, not
+                           authorized, client id rejected): a configuration problem
+``tls_error``      failed  the TLS handshake failed (untrusted or mismatching certificate,
+                           the peer does not speak TLS)
+``timeout``        failed  no CONNACK (or no keepalive answer) within the deadline
+``unreachable``    failed  connection refused, no route, name does not resolve
+``protocol_error`` failed  the peer answered with something that is not MQTT, or closed
+                           the connection without answering
+``config_error``   failed  a local file (password_file, ca/cert/key file) is unusable
+=================  ======  ==============================================================
+
+The password is read from ``password_file`` at each connect, passed to paho, and never
+logged, shown or kept in an error message.
+
+Public API: :func:`probe` (one CONNECT/CONNACK/DISCONNECT), :class:`ProbeResult`,
+:class:`MqttError`, and :class:`edgeheal.mqtt.link.Link` (the kept-open connection).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgeheal.config import MqttTarget
+
+REASONS = ("ok", "refused", "tls_error", "timeout", "unreachable", "protocol_error",
+           "config_error")
+"""The closed table of probe reasons (see the module docstring)."""
+
+
+class MqttError(Exception):
+    """A broker could not be reached or used; ``reason`` is from :data:`REASONS`.
+
+    The message names the broker and what went wrong, never a password.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        if reason not in REASONS:
+            raise ValueError(f"unknown MQTT failure reason {reason!r}")
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """The outcome of one probe. ``rtt_seconds`` is CONNECT -> CONNACK, None on failure."""
+
+    reason: str
+    rtt_seconds: float | None
+    message: str
+    tcp_connect_seconds: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "ok"
+
+
+async def probe(target: MqttTarget, node: str) -> ProbeResult:
+    """One CONNECT answered by CONNACK, then a clean DISCONNECT, within ``target.timeout``.
+
+    Never raises for anything the network or the peer does; see :data:`REASONS`.
+    """
+    from edgeheal.mqtt.connection import probe as _probe  # noqa: PLC0415 - paho on demand
+
+    return await _probe(target, node)

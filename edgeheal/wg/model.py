@@ -1,0 +1,96 @@
+"""What a WireGuard reader returns, and the errors it raises.
+
+The readers sit at a boundary (a unix socket, generic netlink); everything above them sees
+only these frozen values. There is deliberately no field for a private or preshared key:
+the parsers drop those lines/attributes as they read, so no later log line, status page,
+metric or exception can carry one.
+
+``last_handshake`` is the *wall-clock* time the device reports (seconds since the epoch)
+or ``None`` for "never" (the protocol encodes never as 0; it is not 1970). Because it is
+wall-clock, the check does not compute ages from it directly; see
+:mod:`edgeheal.checks.wireguard` for the monotonic bookkeeping.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+KEY_LEN = 32
+
+
+class WireGuardError(Exception):
+    """Reading a WireGuard device failed. The message names the interface, never a key."""
+
+    def __init__(self, ifname: str, problem: str) -> None:
+        super().__init__(f"{ifname}: {problem}")
+        self.ifname, self.problem = ifname, problem
+
+
+class NoSuchDevice(WireGuardError):
+    """The interface does not exist (or is not WireGuard, or its daemon is gone)."""
+
+
+class PermissionDenied(WireGuardError):
+    """The reader lacks the privilege (CAP_NET_ADMIN for netlink, root for the socket)."""
+
+
+class ProtocolError(WireGuardError):
+    """The device answered something we cannot parse (or an errno)."""
+
+
+def fingerprint(public_key: str) -> str:
+    """A short, stable, non-secret peer id for labels and logs: the first 8 base64 chars."""
+    return public_key[:8]
+
+
+def key_from_hex(value: str) -> str:
+    """A 64-hex-digit key (UAPI) -> the 44-char base64 form ``wg`` and configs use."""
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise ValueError("expected 64 hex digits") from None
+    if len(raw) != KEY_LEN:
+        raise ValueError(f"expected {KEY_LEN} bytes, got {len(raw)}")
+    return base64.b64encode(raw).decode("ascii")
+
+
+def is_public_key(value: str) -> bool:
+    """True for a base64 WireGuard key (32 bytes)."""
+    try:
+        return len(base64.b64decode(value, validate=True)) == KEY_LEN
+    except (binascii.Error, ValueError):
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStats:
+    """One peer as the device reports it at one moment."""
+
+    public_key: str
+    """Base64, as in ``wg`` output and configuration files (public, not a secret)."""
+    endpoint: str | None
+    """``host:port`` / ``[v6]:port`` the device currently sends to; None if unknown."""
+    allowed_ips: tuple[str, ...]
+    last_handshake: float | None
+    """Wall-clock seconds since the epoch of the latest handshake; None = never."""
+    rx_bytes: int
+    tx_bytes: int
+    persistent_keepalive: int
+    """Seconds; 0 = off."""
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.public_key)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceStats:
+    """One WireGuard interface and all its peers."""
+
+    interface: str
+    listen_port: int
+    peers: tuple[PeerStats, ...]
+    reader: str = ""
+    """Which reader produced this (``uapi`` or ``netlink``), for ``detail``."""

@@ -1,0 +1,126 @@
+"""Configuration: strict parsing, clear errors naming file and key path, exit status 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgeheal import config
+from edgeheal.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("text", "key", "fragment"), [
+    ('[agent]\nnode_nme = "x"', "agent.node_nme", "did you mean 'node_name'"),
+    ("[agent]\ncheck_interval = true", "agent.check_interval", "expected a duration"),
+    ('[agent]\ncheck_interval = "5 parsecs"', "agent.check_interval", "expected a duration"),
+    ('[agent]\ncheck_interval = "-5s"', "agent.check_interval", "expected a duration"),
+    ("[agent]\ncheck_interval = 0", "agent.check_interval", "greater than zero"),
+    ('[http]\nlisten = "127.0.0.1:9917"', "http.listen", "expected a list of a string"),
+    ('[http]\nlisten = ["localhost"]', "http.listen[0]", "host:port"),
+    ('[wireguard]\nrekey_failing_after = "soon"', "wireguard.rekey_failing_after",
+     "expected"),
+    ('[wireguard]\nfail_after = 0', "wireguard.fail_after", "at least 1"),
+    ('[wireguard]\nrequired = "yes"', "wireguard.required", "true or false"),
+    ('[offload]\nfeatures = ["tx-checksuming"]', "offload.features[0]",
+     "did you mean"),
+    ('[offload]\nfeatures = ["tx-checksumming"]', "offload.features[0]", "valid names"),
+    ('[[mqtt.targets]]\nname = "b"\nhost = "h"\n[[mqtt.targets]]\nname = "b"\nhost = "h"',
+     "mqtt.targets[1].name", "duplicate check name 'b'"),
+    ('[[mqtt.targets]]\nname = "wireguard"\nhost = "h"', "mqtt.targets[0].name",
+     "duplicate check name"),
+    ('[[mqtt.targets]]\nname = "b"\nhost = "h"\nport = 70000', "mqtt.targets[0].port",
+     "1-65535"),
+    ('[[mqtt.targets]]\nname = "b"\nhost = "h"\npath = "cable"', "mqtt.targets[0].path",
+     "'tunnel' or 'direct'"),
+    ('[[mqtt.targets]]\nname = "b"\nhost = "h"\ninterval = "1x"',
+     "mqtt.targets[0].interval", "duration"),
+    ('[alerts]\ntarget = "nope"', "alerts.target", "no [[mqtt.targets]] entry named 'nope'"),
+    ("[agent\n", "", "not valid TOML"),
+])
+def test_bad_input_names_the_key_and_what_was_expected(text: str, key: str,
+                                                       fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        config.loads(text, source="/etc/edgeheal/edgeheal.toml")
+    assert caught.value.key == key
+    assert fragment in str(caught.value)
+    assert str(caught.value).startswith("/etc/edgeheal/edgeheal.toml: ")
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("20s", 20.0), ("2m", 120.0), ("1h", 3600.0), ("500ms", 0.5), (7, 7.0), (2.5, 2.5),
+    ("90", 90.0)])
+def test_durations(value: object, seconds: float) -> None:
+    assert config.parse_duration(value) == seconds
+
+
+def test_defaults_are_complete_and_valid() -> None:
+    cfg = config.loads("")
+    assert cfg.http.listen == ("127.0.0.1:9917",)
+    assert cfg.agent.state_dir == "/var/lib/edgeheal"
+    assert cfg.agent.check_interval == 5.0
+    assert cfg.node  # the hostname
+
+
+def test_the_example_config_is_valid() -> None:
+    cfg = config.load(ROOT / "edgeheal.example.toml")
+    assert cfg.mqtt.targets
+
+
+def test_check_config_exits_2_with_the_message_on_stderr(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[agent]\ncheck_interval = "often"\n')
+    proc = subprocess.run([sys.executable, "-m", "edgeheal", "check-config", "--config",
+                           str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert f"{bad}: agent.check_interval: expected a duration" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_env_var_selects_the_file_and_run_refuses_a_bad_config(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agnet]\n")
+    proc = subprocess.run([sys.executable, "-m", "edgeheal", "run"], capture_output=True,
+                          text=True, check=False, env={"EDGEHEAL_CONFIG": str(bad),
+                                                       "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2
+    assert "agnet: unknown key; did you mean 'agent'?" in proc.stderr
+
+
+def test_check_config_prints_the_effective_config_without_secrets(tmp_path: Path) -> None:
+    secret = "s3cr3t-Passw0rd"
+    (tmp_path / "pass").write_text(secret)
+    cfg = tmp_path / "ok.toml"
+    cfg.write_text(f'[[mqtt.targets]]\nname = "b"\nhost = "broker"\nusername = "u"\n'
+                   f'password_file = "{tmp_path / "pass"}"\n')
+    proc = subprocess.run([sys.executable, "-m", "edgeheal", "check-config", "--config",
+                           str(cfg)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["mqtt"]["targets"][0]["password_file"] == str(tmp_path / "pass")
+    assert doc["agent"]["check_interval"] == "5s"
+    assert secret not in proc.stdout + proc.stderr
+
+
+def test_fields_marked_secret_are_redacted() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class WithSecret:
+        token: str = config.setting("", "a token", secret=True)
+        name: str = config.setting("", "a name")
+
+    assert config.redacted(WithSecret(token="abc", name="n")) == {
+        "token": config.REDACTED, "name": "n"}
+
+
+def test_the_configuration_reference_documents_every_key() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    missing = [key for key, _, _ in config.reference() if f"`{key}`" not in text]
+    assert not missing, f"docs/configuration.md lacks {missing}; run " \
+        "`edgeheal check-config --reference > docs/configuration.md`"

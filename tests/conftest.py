@@ -1,0 +1,43 @@
+"""Suite-wide guards: every test leaves no namespace, process or task behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+
+import pytest
+
+from edgeheal.lab import netns
+
+
+def _own_namespaces() -> set[str]:
+    if shutil.which("ip") is None:
+        return set()
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                         check=False).stdout
+    mine = f"{netns.PREFIX}{os.getpid() % 10000:04d}"
+    return {line.split()[0] for line in out.splitlines() if line.startswith(mine)}
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_namespaces() -> object:
+    before = _own_namespaces()
+    yield
+    leaked = _own_namespaces() - before
+    for name in leaked:  # clean up so one leak does not cascade, then fail the test
+        subprocess.run(["ip", "netns", "del", name], check=False)
+    assert not leaked, f"test leaked network namespaces: {sorted(leaked)}"
+
+
+@pytest.fixture(autouse=True)
+async def no_leaked_tasks() -> AsyncIterator[None]:
+    """kopf's lesson: a test that leaves asyncio tasks running has a shutdown bug."""
+    yield
+    current = asyncio.current_task()
+    leftover = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in leftover:
+        task.cancel()
+    assert not leftover, f"test leaked asyncio tasks: {[t.get_name() for t in leftover]}"
