@@ -486,6 +486,7 @@ def _validate(config: Config) -> None:
     if isinstance(config.wireguard.watch_peers, str) and config.wireguard.watch_peers != "auto":
         raise _KeyError("wireguard.watch_peers",
                         "expected \"auto\" or a list of public keys and/or CIDRs")
+    _validate_wireguard(config.wireguard)
 
 
 def _validate_remediation(config: Config) -> None:
@@ -521,6 +522,40 @@ def _validate_remediation(config: Config) -> None:
         if kube.kubeconfig and not Path(kube.kubeconfig).is_absolute():
             raise _KeyError("kubernetes.kubeconfig",
                             f"must be an absolute path, got {kube.kubeconfig!r}")
+
+
+def _validate_wireguard(wg: WireguardSettings) -> None:
+    import base64  # noqa: PLC0415
+    import binascii  # noqa: PLC0415
+    import ipaddress  # noqa: PLC0415
+
+    for i, name in enumerate(wg.interfaces):
+        if not name or len(name) > 15 or "/" in name or any(c.isspace() for c in name):
+            raise _KeyError(f"wireguard.interfaces[{i}]", f"not an interface name: {name!r}")
+    if isinstance(wg.watch_peers, tuple):
+        if not wg.watch_peers:
+            raise _KeyError("wireguard.watch_peers",
+                            "an empty list watches nothing; use \"auto\" or name peers")
+        for i, entry in enumerate(wg.watch_peers):
+            try:
+                if len(base64.b64decode(entry, validate=True)) == 32:
+                    continue
+            except (binascii.Error, ValueError):
+                pass
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise _KeyError(f"wireguard.watch_peers[{i}]",
+                                f"expected a base64 public key (44 characters) or an "
+                                f"endpoint CIDR, got {entry!r}") from None
+    for key in ("rekey_failing_after", "dead_after", "rx_stall_after", "connect_grace"):
+        value = getattr(wg, key)
+        if isinstance(value, float) and value <= 0:
+            raise _KeyError(f"wireguard.{key}", "must be greater than zero (or \"auto\")")
+    if (isinstance(wg.rekey_failing_after, float) and isinstance(wg.dead_after, float)
+            and wg.rekey_failing_after >= wg.dead_after):
+        raise _KeyError("wireguard.rekey_failing_after",
+                        f"must be less than dead_after ({format_duration(wg.dead_after)})")
 
 
 def _validate_features(features: tuple[str, ...]) -> None:

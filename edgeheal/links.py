@@ -88,11 +88,13 @@ class LinkListener:
         while self._ipr is not None:
             try:
                 async for msg in self._ipr.get():
-                    event = msg.get("event")
+                    # msg["event"], not msg.get("event"): get() prefers the IFLA_EVENT
+                    # attribute, which a feature change carries (IFLA_EVENT_FEATURES).
+                    event = msg["event"]
                     if event not in (NEWLINK, DELLINK):
                         continue
                     yield LinkEvent(event, msg.get_attr("IFLA_IFNAME") or "",
-                                    int(msg.get("index", 0)))
+                                    int(msg["index"]))
             except LinkListenerError:
                 raise
             except Exception as err:

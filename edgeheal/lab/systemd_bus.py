@@ -36,6 +36,7 @@ import inspect
 import logging
 import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -114,11 +115,18 @@ def bus_config(socket_path: Path, *, deny_restart: bool = False) -> str:
 """
 
 
-def start_system_bus(sandbox: Sandbox, directory: Path, *, deny_restart: bool = False,
-                     timeout: float = 10.0) -> SystemBus:
-    """Start ``dbus-daemon`` on ``directory/system_bus_socket``; return once it accepts."""
+def start_system_bus(sandbox: Sandbox, directory: Path | None = None, *,
+                     deny_restart: bool = False, timeout: float = 10.0) -> SystemBus:
+    """Start ``dbus-daemon`` on ``<directory>/system_bus_socket``; return once it accepts.
+
+    ``directory`` defaults to a fresh short temporary directory (a unix socket path must
+    fit in 108 bytes, which pytest's ``tmp_path`` of a long test name may not)."""
     require_programs("dbus-daemon")
+    if directory is None:
+        directory = sandbox.track(Path(tempfile.mkdtemp(prefix="ehbus-")))
     directory.mkdir(parents=True, exist_ok=True)
+    if len(str(directory / "system_bus_socket")) > 100:
+        raise LabError(f"{directory} is too long a path for a unix socket; pass a shorter one")
     socket_path = sandbox.track(directory / "system_bus_socket")
     config_path = sandbox.track(directory / "system-bus.conf")
     config_path.write_text(bus_config(socket_path, deny_restart=deny_restart),
@@ -177,29 +185,31 @@ class _UnitObject(ServiceInterface):
         self.unit = unit
 
     @dbus_property(access=PropertyAccess.READ)
-    def Id(self) -> DBusStr:  # noqa: N802 - systemd's property name
+    def Id(self) -> DBusStr:
         return self.unit.name
 
     @dbus_property(access=PropertyAccess.READ)
-    def LoadState(self) -> DBusStr:  # noqa: N802
+    def LoadState(self) -> DBusStr:
         return self.unit.load_state
 
     @dbus_property(access=PropertyAccess.READ)
-    def ActiveState(self) -> DBusStr:  # noqa: N802
+    def ActiveState(self) -> DBusStr:
         return self.unit.active_state
 
     @dbus_property(access=PropertyAccess.READ)
-    def SubState(self) -> DBusStr:  # noqa: N802
+    def SubState(self) -> DBusStr:
         return self.unit.sub_state
 
 
 class _Manager(ServiceInterface):
+    # Method, property and signal names are systemd's (CamelCase on the bus).
+
     def __init__(self, fake: FakeSystemd) -> None:
         super().__init__(MANAGER_IFACE)
         self.fake = fake
 
     @dbus_method()
-    def GetUnit(self, name: DBusStr) -> DBusObjectPath:  # noqa: N802 - systemd's names
+    def GetUnit(self, name: DBusStr) -> DBusObjectPath:
         self.fake.calls.append(("GetUnit", name))
         unit = self.fake.units.get(name)
         if unit is None or unit.load_state == "not-found":
@@ -207,24 +217,24 @@ class _Manager(ServiceInterface):
         return unit_path(name)
 
     @dbus_method()
-    def LoadUnit(self, name: DBusStr) -> DBusObjectPath:  # noqa: N802
+    def LoadUnit(self, name: DBusStr) -> DBusObjectPath:
         self.fake.calls.append(("LoadUnit", name))
         if name not in self.fake.units:
             self.fake.add_unit(FakeUnit(name, "not-found", "inactive", "dead"))
         return unit_path(name)
 
     @dbus_method()
-    def RestartUnit(self, name: DBusStr, mode: DBusStr) -> DBusObjectPath:  # noqa: N802
+    def RestartUnit(self, name: DBusStr, mode: DBusStr) -> DBusObjectPath:
         self.fake.calls.append(("RestartUnit", name))
         return self.fake.restart(name, mode)
 
     @dbus_method()
-    def Subscribe(self):  # type: ignore[no-untyped-def]  # noqa: N802, ANN201 - no reply args
+    def Subscribe(self):  # type: ignore[no-untyped-def]
         self.fake.calls.append(("Subscribe", ""))
         self.fake.subscribers += 1
 
     @dbus_method()
-    def Unsubscribe(self):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Unsubscribe(self):  # type: ignore[no-untyped-def]
         self.fake.calls.append(("Unsubscribe", ""))
         if self.fake.subscribers == 0:
             raise DBusError("org.freedesktop.systemd1.NotSubscribed",
@@ -232,7 +242,7 @@ class _Manager(ServiceInterface):
         self.fake.subscribers -= 1
 
     @dbus_signal()
-    def JobRemoved(self, job_id: int, job: str, unit: str,  # noqa: N802
+    def JobRemoved(self, job_id: int, job: str, unit: str,
                    result: str) -> Annotated[tuple[int, str, str, str], DBusSignature("uoss")]:
         return job_id, job, unit, result
 
@@ -287,7 +297,8 @@ class FakeSystemd:
         if self._bus is not None:
             self._bus.disconnect()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._bus.wait_for_disconnect(), 5.0)
+                await asyncio.wait_for(
+                    self._bus.wait_for_disconnect(), 5.0)  # type: ignore[no-untyped-call]
             self._bus = None
 
     async def __aenter__(self) -> FakeSystemd:

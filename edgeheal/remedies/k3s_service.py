@@ -108,7 +108,7 @@ class _Bus:
     def __init__(self, bus: MessageBus, address: str) -> None:
         self.bus, self.address = bus, address
 
-    async def call(self, destination: str, path: str, interface: str, member: str,
+    async def call(self, destination: str, path: str, interface: str, member: str, *,
                    signature: str = "", body: list[Any] | None = None) -> list[Any]:
         from dbus_fast import DBusFastError, Message, MessageType  # noqa: PLC0415
 
@@ -132,15 +132,17 @@ class _Bus:
 
     async def systemd(self, member: str, signature: str = "",
                       body: list[Any] | None = None) -> list[Any]:
-        return await self.call(SYSTEMD, MANAGER_PATH, MANAGER_IFACE, member, signature, body)
+        return await self.call(SYSTEMD, MANAGER_PATH, MANAGER_IFACE, member,
+                               signature=signature, body=body)
 
     async def unit_property(self, path: str, name: str) -> str:
-        (variant,) = await self.call(SYSTEMD, path, PROPERTIES_IFACE, "Get", "ss",
-                                     [UNIT_IFACE, name])
+        (variant,) = await self.call(SYSTEMD, path, PROPERTIES_IFACE, "Get", signature="ss",
+                                     body=[UNIT_IFACE, name])
         return str(variant.value)
 
     async def add_match(self, rule: str) -> None:
-        await self.call(DBUS, "/org/freedesktop/DBus", DBUS, "AddMatch", "s", [rule])
+        await self.call(DBUS, "/org/freedesktop/DBus", DBUS, "AddMatch", signature="s",
+                        body=[rule])
 
 
 def _short(text: str, limit: int = 300) -> str:
@@ -199,7 +201,8 @@ class K3sServiceRemedy:
         finally:
             raw.disconnect()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(raw.wait_for_disconnect(), 2.0)
+                await asyncio.wait_for(
+                    raw.wait_for_disconnect(), 2.0)  # type: ignore[no-untyped-call]
 
     async def _unit_state(self, bus: _Bus, name: str) -> UnitState:
         try:
@@ -246,8 +249,8 @@ class K3sServiceRemedy:
     async def _restart(self, bus: _Bus, unit: str, started: float) -> Outcome:
         from dbus_fast import MessageType  # noqa: PLC0415
 
-        (owner,) = await bus.call(DBUS, "/org/freedesktop/DBus", DBUS, "GetNameOwner", "s",
-                                  [SYSTEMD])
+        (owner,) = await bus.call(DBUS, "/org/freedesktop/DBus", DBUS, "GetNameOwner",
+                                  signature="s", body=[SYSTEMD])
         (path,) = await bus.systemd("GetUnit", "s", [unit])
         jobs: dict[str, str] = {}
         woken = asyncio.Event()

@@ -1,0 +1,510 @@
+"""One MQTT connection, driven by the asyncio loop: asyncio connects, paho speaks MQTT.
+
+paho's ``connect()`` would resolve, connect and handshake TLS synchronously (a thread per
+probe, or a blocked loop). Instead :func:`open_socket` resolves (numeric hosts without the
+resolver thread), connects a non-blocking socket with ``loop.sock_connect`` and runs the
+TLS handshake by waiting on the file descriptor; the connected socket is then handed to a
+paho client (``_create_socket`` is the hand-over point) whose reads, writes and keepalive
+are driven by ``loop.add_reader``/``add_writer`` and a 1 s ``loop_misc`` tick, the way
+aiomqtt 2.x drives paho. The caller puts one deadline around :meth:`Connection.connect`.
+
+A peer that is not MQTT is recognised by the first byte it sends: a broker's first packet
+must be a CONNACK (0x20), anything else is ``protocol_error`` at once, without waiting for
+paho to make sense of the bytes. Everything that goes wrong becomes an
+:class:`~edgeheal.mqtt.MqttError` with a reason from the closed table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+
+from edgeheal.config import MqttTarget
+from edgeheal.mqtt import MqttError, ProbeResult
+
+log = logging.getLogger(__name__)
+
+CONNACK_FIRST_BYTE = 0x20
+MISC_TICK = 1.0
+"""Seconds between paho ``loop_misc`` calls (keepalive PINGREQ and its deadline)."""
+_SSL_PENDING_ROUNDS = 64
+
+_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED: "connection refused",
+                       errno.EHOSTUNREACH: "no route to host",
+                       errno.ENETUNREACH: "network unreachable",
+                       errno.ECONNRESET: "connection reset",
+                       errno.ETIMEDOUT: "connection timed out"}
+
+
+def where(target: MqttTarget) -> str:
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    return f"{target.name} ({host}:{target.port})"
+
+
+def client_id(target: MqttTarget, node: str) -> str:
+    return target.client_id or f"edgeheal-{node}-{target.name}"
+
+
+def read_password(target: MqttTarget) -> str | None:
+    """The password from ``password_file`` (trailing newline stripped), or None."""
+    if not target.password_file:
+        return None
+    try:
+        text = Path(target.password_file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        raise MqttError("config_error", f"{where(target)}: cannot read password_file "
+                        f"{target.password_file}: {why}") from err
+    return text.rstrip("\r\n")
+
+
+def _no_key_passphrase() -> bytes:
+    """Refuse encrypted client keys instead of letting OpenSSL prompt on a terminal."""
+    raise ValueError("encrypted client keys are not supported")
+
+
+def tls_context(target: MqttTarget) -> ssl.SSLContext:
+    try:
+        ctx = ssl.create_default_context(cafile=target.ca_file or None)
+        if target.cert_file:
+            ctx.load_cert_chain(target.cert_file, target.key_file or None,
+                                password=_no_key_passphrase)
+    except (OSError, ssl.SSLError, ValueError) as err:
+        files = ", ".join(f for f in (target.ca_file, target.cert_file, target.key_file) if f)
+        raise MqttError("config_error", f"{where(target)}: cannot load TLS files ({files}): "
+                        f"{getattr(err, 'strerror', None) or err}") from err
+    return ctx
+
+
+async def _resolve(target: MqttTarget) -> list[tuple[Any, ...]]:
+    try:  # an address literal needs no resolver (and no executor thread)
+        return socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        pass
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise MqttError("unreachable", f"{where(target)}: cannot resolve host: "
+                        f"{err.strerror}") from err
+
+
+async def _wait_fd(fd: int, *, write: bool) -> None:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    (loop.add_writer if write else loop.add_reader)(fd, ready)
+    try:
+        await fut
+    finally:
+        (loop.remove_writer if write else loop.remove_reader)(fd)
+
+
+async def open_socket(target: MqttTarget, stage: list[str],
+                      tls_session: ssl.SSLSession | None = None) -> socket.socket:
+    """A connected (and, with ``tls``, handshaken) non-blocking socket.
+
+    ``stage`` receives the step in progress, so a deadline can say where it struck.
+    """
+    ctx = tls_context(target) if target.tls else None
+    stage[0] = "resolving the host"
+    infos = await _resolve(target)
+    loop = asyncio.get_running_loop()
+    errors: list[str] = []
+    sock: socket.socket | None = None
+    stage[0] = "TCP connect"
+    for family, _type, proto, _canon, addr in infos:
+        candidate = socket.socket(family, socket.SOCK_STREAM, proto)
+        try:
+            candidate.setblocking(False)
+            candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(candidate, addr)
+        except OSError as err:
+            candidate.close()
+            errors.append(_UNREACHABLE_ERRNOS.get(err.errno or 0, err.strerror or str(err)))
+            continue
+        except BaseException:
+            candidate.close()
+            raise
+        sock = candidate
+        break
+    if sock is None:
+        raise MqttError("unreachable", f"{where(target)}: {'; '.join(dict.fromkeys(errors))}")
+    if ctx is None:
+        return sock
+    stage[0] = "TLS handshake"
+    try:
+        tls = ctx.wrap_socket(sock, server_hostname=target.server_name or target.host,
+                              do_handshake_on_connect=False, session=tls_session)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await _wait_fd(tls.fileno(), write=False)
+            except ssl.SSLWantWriteError:
+                await _wait_fd(tls.fileno(), write=True)
+    except ssl.SSLCertVerificationError as err:
+        tls.close()
+        raise MqttError("tls_error", f"{where(target)}: certificate not accepted: "
+                        f"{err.verify_message}") from err
+    except (ssl.SSLError, ConnectionError, OSError) as err:
+        tls.close()
+        text = (getattr(err, "reason", None) or getattr(err, "strerror", None)
+                or type(err).__name__)
+        raise MqttError("tls_error", f"{where(target)}: TLS handshake failed ({text}); does "
+                        "the port speak TLS?") from err
+    except BaseException:
+        tls.close()
+        raise
+    return tls
+
+
+class _Tap:
+    """The socket as paho sees it: notes the first byte and counts bytes both ways."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.first: int | None = None
+        self.rx = 0
+        self.tx = 0
+
+    def recv(self, bufsize: int) -> bytes:
+        data = self.sock.recv(bufsize)
+        if data and self.first is None:
+            self.first = data[0]
+        self.rx += len(data)
+        return data
+
+    def send(self, buf: bytes | bytearray) -> int:
+        sent = self.sock.send(buf)
+        self.tx += sent
+        return sent
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def setblocking(self, flag: bool) -> None:
+        self.sock.setblocking(flag)
+
+    def pending(self) -> int:
+        return self.sock.pending() if isinstance(self.sock, ssl.SSLSocket) else 0
+
+
+class _Client(paho.Client):
+    """paho's client, connecting over the socket we already opened."""
+
+    prepared: _Tap | None = None
+
+    def _create_socket(self) -> Any:
+        sock, self.prepared = self.prepared, None
+        if sock is None:
+            raise ConnectionError("no prepared socket (reconnects are ours to make)")
+        return sock
+
+
+class Connection:
+    """One MQTT session over one socket. Not reusable: make a new one to reconnect.
+
+    ``connect()`` (put a deadline around it) -> ``publish()`` futures resolve on PUBACK ->
+    ``closed`` resolves with the :class:`MqttError` that ended it (None for our own clean
+    DISCONNECT) -> ``disconnect()`` or ``abort()``.
+    """
+
+    def __init__(self, target: MqttTarget, node: str, *, keepalive: float = 60.0,
+                 will: tuple[str, bytes] | None = None,
+                 tls_session: ssl.SSLSession | None = None) -> None:
+        self.target = target
+        self.node = node
+        self.keepalive = max(1, round(keepalive))
+        self.will = will
+        self.tls_session = tls_session
+        self.loop = asyncio.get_running_loop()
+        self.stage = ["starting"]
+        self.connected = False
+        self.rtt: float | None = None
+        self.tcp_seconds: float | None = None
+        self.closed: asyncio.Future[MqttError | None] = self.loop.create_future()
+        self._connack: asyncio.Future[None] = self.loop.create_future()
+        self._acks: dict[int, asyncio.Future[None]] = {}
+        self._client: _Client | None = None
+        self._tap: _Tap | None = None
+        self._fd: int | None = None
+        self._misc: asyncio.Task[None] | None = None
+        self._in_misc = False
+        self._disconnecting = False
+
+    @property
+    def bytes(self) -> tuple[int, int]:
+        """MQTT-level bytes (received, sent) on this connection (TLS: plaintext)."""
+        return (self._tap.rx, self._tap.tx) if self._tap else (0, 0)
+
+    @property
+    def session(self) -> ssl.SSLSession | None:
+        """The TLS session, for resumption by the next connection to the same broker."""
+        sock = self._tap.sock if self._tap else None
+        return sock.session if isinstance(sock, ssl.SSLSocket) else None
+
+    async def connect(self) -> float:
+        """Open the socket, send CONNECT, wait for CONNACK; return the CONNACK round trip."""
+        target = self.target
+        password = read_password(target)
+        began = time.monotonic()
+        sock = await open_socket(target, self.stage, self.tls_session)
+        self.tcp_seconds = time.monotonic() - began
+        self._tap = tap = _Tap(sock)
+        v5 = target.protocol == "5"
+        client = _Client(CallbackAPIVersion.VERSION2, client_id=client_id(target, self.node),
+                         clean_session=None if v5 else True,
+                         protocol=MQTTProtocolVersion.MQTTv5 if v5
+                         else MQTTProtocolVersion.MQTTv311,
+                         reconnect_on_failure=False)
+        self._client = client
+        if target.username or password is not None:
+            client.username_pw_set(target.username or None, password)
+        if self.will is not None:
+            client.will_set(self.will[0], self.will[1], qos=1, retain=True)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_publish = self._on_publish
+        client.on_socket_open = self._on_socket_open
+        client.on_socket_close = self._on_socket_close
+        client.on_socket_register_write = self._on_register_write
+        client.on_socket_unregister_write = self._on_unregister_write
+        client.prepared = tap
+        self.stage[0] = "waiting for CONNACK"
+        sent = time.monotonic()
+        try:
+            extra: dict[str, Any] = {"clean_start": True} if v5 else {}
+            client.connect(target.host, target.port, keepalive=self.keepalive, **extra)
+        except (OSError, ValueError) as err:
+            self.abort()
+            raise MqttError("unreachable", f"{where(target)}: cannot send CONNECT: "
+                            f"{err}") from err
+        try:
+            await asyncio.shield(self._connack)
+        except BaseException:
+            self.abort()
+            raise
+        self.rtt = time.monotonic() - sent
+        self.connected = True
+        self.stage[0] = "connected"
+        self._misc = asyncio.create_task(self._misc_loop(),
+                                         name=f"edgeheal.mqtt.keepalive.{target.name}")
+        return self.rtt
+
+    def publish(self, topic: str, payload: bytes, *, retain: bool = False,
+                ) -> asyncio.Future[None]:
+        """Publish at QoS 1; the future resolves when the PUBACK arrives."""
+        if self._client is None or not self.connected or self.closed.done():
+            raise MqttError("unreachable", f"{where(self.target)}: not connected")
+        info = self._client.publish(topic, payload, qos=1, retain=retain)
+        if info.rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise MqttError("unreachable", f"{where(self.target)}: publish failed: "
+                            f"{paho.error_string(info.rc)}")
+        fut: asyncio.Future[None] = self.loop.create_future()
+        self._acks[info.mid] = fut
+        return fut
+
+    async def disconnect(self, timeout: float = 1.0) -> None:
+        """Send DISCONNECT and wait (bounded) for it to leave; then make sure all is shut."""
+        client = self._client
+        if client is not None and self.connected and not self.closed.done():
+            self._disconnecting = True
+            client.disconnect()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.closed), timeout)
+        self.abort()
+
+    def abort(self, error: MqttError | None = None) -> None:
+        """Close the socket now (no DISCONNECT); idempotent."""
+        client = self._client
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client._sock_close()  # noqa: SLF001 - the one way to drop paho's socket
+        self._unwatch()
+        if self._tap is not None:
+            with contextlib.suppress(OSError):
+                self._tap.close()
+        self._finish(error or MqttError("unreachable", f"{where(self.target)}: closed"))
+
+    # --- paho callbacks (never raise: paho would) -------------------------------------
+
+    def _finish(self, error: MqttError | None) -> None:
+        self.connected = False
+        if not self._connack.done():
+            self._connack.set_exception(error or MqttError(
+                "protocol_error", f"{where(self.target)}: closed before CONNACK"))
+            self._connack.exception()  # retrieved: no "never retrieved" warning
+        failure = error or MqttError("unreachable", f"{where(self.target)}: disconnected")
+        for fut in self._acks.values():
+            if not fut.done():
+                fut.set_exception(failure)
+                fut.exception()
+        self._acks.clear()
+        if not self.closed.done():
+            self.closed.set_result(error)
+        if self._misc is not None and self._misc is not asyncio.current_task():
+            self._misc.cancel()
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any,
+                    properties: Any) -> None:
+        if self._connack.done():
+            return
+        if reason.is_failure:
+            self._connack.set_exception(MqttError(
+                "refused", f"{where(self.target)}: the broker refused the connection: "
+                f"{reason} (code {reason.value}); check username, password_file and the "
+                "broker's ACL: this is a configuration problem"))
+        else:
+            self._connack.set_result(None)
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any,
+                       properties: Any) -> None:
+        if self._disconnecting and not self._in_misc:
+            self._finish(None)
+            return
+        tap = self._tap
+        if not self._connack.done():
+            if tap is not None and tap.rx:
+                error = MqttError("protocol_error", f"{where(self.target)}: the peer answered "
+                                  "with something that is not an MQTT CONNACK")
+            else:
+                error = MqttError("protocol_error", f"{where(self.target)}: the peer closed "
+                                  "the connection without answering CONNECT")
+        elif self._in_misc:
+            error = MqttError("timeout", f"{where(self.target)}: no answer to keepalive "
+                              f"within {self.keepalive}s")
+        elif getattr(flags, "is_disconnect_packet_from_server", False):
+            error = MqttError("unreachable", f"{where(self.target)}: the broker disconnected "
+                              f"us: {reason}")
+        else:
+            error = MqttError("unreachable", f"{where(self.target)}: connection lost")
+        self._unwatch()
+        self._finish(error)
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any,
+                    properties: Any) -> None:
+        fut = self._acks.pop(mid, None)
+        if fut is None or fut.done():
+            return
+        if reason is not None and reason.is_failure:
+            fut.set_exception(MqttError("refused", f"{where(self.target)}: the broker "
+                                        f"rejected the publish: {reason}"))
+        else:
+            fut.set_result(None)
+
+    def _on_socket_open(self, client: Any, userdata: Any, sock: Any) -> None:
+        self._fd = sock.fileno()
+        self.loop.add_reader(self._fd, self._readable)
+
+    def _on_socket_close(self, client: Any, userdata: Any, sock: Any) -> None:
+        self._unwatch()
+
+    def _on_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        if self._fd is not None:
+            self.loop.add_writer(self._fd, self._writable)
+
+    def _on_unregister_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        if self._fd is not None:
+            self.loop.remove_writer(self._fd)
+
+    def _unwatch(self) -> None:
+        if self._fd is not None:
+            self.loop.remove_reader(self._fd)
+            self.loop.remove_writer(self._fd)
+            self._fd = None
+
+    def _readable(self) -> None:
+        client, tap = self._client, self._tap
+        if client is None or tap is None:
+            return
+        try:
+            client.loop_read()
+            rounds = 0
+            while tap.pending() and client.socket() is not None and rounds < _SSL_PENDING_ROUNDS:
+                client.loop_read()
+                rounds += 1
+        except Exception as err:  # paho choking on garbage must not reach the loop
+            log.debug("mqtt %s: read failed: %r", self.target.name, err)
+            self.abort(MqttError("protocol_error", f"{where(self.target)}: unreadable "
+                                 f"answer ({type(err).__name__})"))
+            return
+        if not self._connack.done() and tap.first not in (None, CONNACK_FIRST_BYTE):
+            self.abort(MqttError("protocol_error", f"{where(self.target)}: the peer answered "
+                                 f"with something that is not MQTT (first byte "
+                                 f"0x{tap.first:02x}, a CONNACK starts with 0x20)"))
+
+    def _writable(self) -> None:
+        client = self._client
+        if client is None:
+            return
+        try:
+            client.loop_write()
+        except Exception as err:
+            log.debug("mqtt %s: write failed: %r", self.target.name, err)
+            self.abort(MqttError("unreachable", f"{where(self.target)}: write failed"))
+
+    async def _misc_loop(self) -> None:
+        client = self._client
+        while client is not None and not self.closed.done():
+            await asyncio.sleep(MISC_TICK)
+            self._in_misc = True
+            try:
+                client.loop_misc()
+            finally:
+                self._in_misc = False
+
+
+def _margin(timeout: float) -> float:
+    """The probe finishes a little before the supervisor's own timeout would strike."""
+    return max(timeout * 0.9, timeout - 0.5)
+
+
+async def probe(target: MqttTarget, node: str, *, timeout: float | None = None,
+                tls_session: ssl.SSLSession | None = None,
+                on_session: Any = None) -> ProbeResult:
+    """One CONNECT/CONNACK/DISCONNECT under one deadline; never raises for the peer."""
+    limit = timeout if timeout is not None else _margin(target.timeout)
+    conn = Connection(target, node, keepalive=max(60.0, target.keepalive),
+                      tls_session=tls_session)
+    try:
+        async with asyncio.timeout(limit):
+            rtt = await conn.connect()
+    except MqttError as err:
+        conn.abort()
+        return ProbeResult(err.reason, None, err.message, conn.tcp_seconds)
+    except TimeoutError:
+        stage = conn.stage[0]
+        conn.abort()
+        return ProbeResult("timeout", None, f"{where(target)}: no progress within "
+                           f"{limit:g}s ({stage})", conn.tcp_seconds)
+    except BaseException:
+        conn.abort()
+        raise
+    if on_session is not None:
+        on_session(conn.session)
+    await conn.disconnect(timeout=min(1.0, limit))
+    return ProbeResult("ok", rtt, f"CONNACK in {rtt * 1000:.1f} ms", conn.tcp_seconds)

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Install or upgrade edgeheal on a Debian 12 machine, as root. Idempotent: re-run to upgrade.
+#
+#   ./install.sh                  the agent: venv in /opt/edgeheal, /usr/local/bin/edgeheal,
+#                                 systemd units, polkit rule, default config (never overwritten)
+#   ./install.sh --lab            + the lab's Debian packages and Python extras (edgeheal lab)
+#   ./install.sh --dev            + everything the test suite needs (implies --lab); installs
+#                                 the checkout in editable mode so tests run this tree
+#   ./install.sh --wheelhouse DIR install from a directory of wheels, no registry access
+#                                 (prepare it elsewhere: pip wheel -w DIR '.[kubernetes,dbus]'
+#                                 from a checkout, plus setuptools)
+#   ./install.sh --no-start       install, but do not enable or start the service
+#   ./install.sh --uninstall [--purge]   remove it (--purge also removes config and state)
+set -euo pipefail
+
+PREFIX=/opt/edgeheal
+BIN=/usr/local/bin/edgeheal
+UNIT_DIR=/etc/systemd/system
+POLKIT_DIR=/etc/polkit-1/rules.d
+CONF_DIR=/etc/edgeheal
+STATE_DIR=/var/lib/edgeheal
+DOC_DIR=/usr/share/doc/edgeheal
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+lab=0 dev=0 start=1 uninstall=0 purge=0 wheelhouse=""
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --lab) lab=1 ;;
+    --dev) dev=1; lab=1 ;;
+    --no-start) start=0 ;;
+    --wheelhouse) [ $# -ge 2 ] || { echo "install.sh: --wheelhouse needs a directory" >&2; exit 2; }
+                  wheelhouse=$(cd "$2" && pwd); shift ;;
+    --uninstall) uninstall=1 ;;
+    --purge) purge=1 ;;
+    -h|--help) usage 0 ;;
+    *) echo "install.sh: unknown option $1" >&2; usage 2 ;;
+  esac
+  shift
+done
+
+say() { printf 'install.sh: %s\n' "$*"; }
+[ "$(id -u)" -eq 0 ] || { echo "install.sh: run as root" >&2; exit 3; }
+have_systemd() { [ -d /run/systemd/system ]; }
+
+if [ "$uninstall" -eq 1 ]; then
+  if have_systemd; then
+    systemctl disable --now edgeheal.service edgeheal-offload.service 2>/dev/null || true
+  fi
+  rm -f "$UNIT_DIR/edgeheal.service" "$UNIT_DIR/edgeheal-offload.service" \
+        "$POLKIT_DIR/50-edgeheal-k3s-restart.rules" "$BIN"
+  rm -rf "$PREFIX" "$DOC_DIR"
+  if [ "$purge" -eq 1 ]; then
+    rm -rf "$CONF_DIR" "$STATE_DIR"
+    userdel edgeheal 2>/dev/null || true
+    say "removed edgeheal, its configuration and its state"
+  else
+    say "removed edgeheal; kept $CONF_DIR and $STATE_DIR (use --purge to remove them)"
+  fi
+  if have_systemd; then systemctl daemon-reload; fi
+  exit 0
+fi
+
+# --- Debian packages -------------------------------------------------------------------
+packages=(python3 python3-venv iproute2)
+if [ "$lab" -eq 1 ]; then
+  packages+=(wireguard-go wireguard-tools mosquitto mosquitto-clients nftables ethtool
+             iputils-ping)
+fi
+if [ "$dev" -eq 1 ]; then
+  packages+=(prometheus dbus shellcheck)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# python3 may come from elsewhere (a pyenv build): only insist on what is not usable.
+if command -v python3 >/dev/null && python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do
+    case "$p" in python3|python3-venv) ;; *) filtered+=("$p") ;; esac
+  done
+  missing=("${filtered[@]+"${filtered[@]}"}")
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ -n "$wheelhouse" ]; then
+    say "offline install: Debian packages missing: ${missing[*]} (install them first)"
+    exit 3
+  fi
+  say "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+if [ "$lab" -eq 1 ]; then
+  # the lab starts its own brokers; the packaged one would only hold port 1883
+  if have_systemd; then systemctl disable --now mosquitto.service 2>/dev/null || true; fi
+fi
+
+# --- the Python environment ------------------------------------------------------------
+extras="kubernetes,dbus"
+[ "$lab" -eq 1 ] && extras="$extras,lab"
+[ "$dev" -eq 1 ] && extras="$extras,dev"
+if [ ! -x "$PREFIX/bin/python" ]; then
+  say "creating $PREFIX"
+  python3 -m venv "$PREFIX"
+fi
+pip_args=(--quiet --disable-pip-version-check)
+if [ -n "$wheelhouse" ]; then
+  pip_args+=(--no-index --find-links "$wheelhouse")
+fi
+if [ -n "$wheelhouse" ]; then
+  say "installing edgeheal [$extras] from $wheelhouse (offline)"
+  "$PREFIX/bin/pip" install "${pip_args[@]}" --upgrade "edgeheal[$extras]"
+elif [ "$dev" -eq 1 ]; then
+  say "installing the checkout in editable mode with [$extras]"
+  "$PREFIX/bin/pip" install "${pip_args[@]}" -e "${SRC}[$extras]"
+else
+  say "installing edgeheal [$extras]"
+  "$PREFIX/bin/pip" install "${pip_args[@]}" --upgrade "${SRC}[$extras]"
+fi
+ln -sf "$PREFIX/bin/edgeheal" "$BIN"
+
+# --- user, units, config ---------------------------------------------------------------
+if ! id edgeheal >/dev/null 2>&1; then
+  useradd --system --home-dir "$STATE_DIR" --no-create-home --shell /usr/sbin/nologin edgeheal
+fi
+install -d -m 0755 "$UNIT_DIR" "$CONF_DIR" "$DOC_DIR"
+install -m 0644 "$SRC/systemd/edgeheal.service" "$UNIT_DIR/edgeheal.service"
+if [ -f "$SRC/systemd/edgeheal-offload.service" ]; then
+  install -m 0644 "$SRC/systemd/edgeheal-offload.service" "$UNIT_DIR/edgeheal-offload.service"
+fi
+if [ -f "$SRC/systemd/50-edgeheal-k3s-restart.rules" ]; then
+  install -d -m 0755 "$POLKIT_DIR"
+  install -m 0644 "$SRC/systemd/50-edgeheal-k3s-restart.rules" \
+    "$POLKIT_DIR/50-edgeheal-k3s-restart.rules"
+fi
+install -m 0644 "$SRC/README.md" "$DOC_DIR/README.md"
+if [ ! -e "$CONF_DIR/edgeheal.toml" ]; then
+  install -m 0640 -g edgeheal "$SRC/edgeheal.example.toml" "$CONF_DIR/edgeheal.toml"
+  say "wrote the default configuration $CONF_DIR/edgeheal.toml: edit it, then run"
+  say "  edgeheal check-config"
+else
+  say "kept the existing $CONF_DIR/edgeheal.toml"
+fi
+
+if have_systemd; then
+  systemctl daemon-reload
+  if [ "$start" -eq 1 ]; then
+    systemctl enable edgeheal-offload.service edgeheal.service
+    systemctl restart edgeheal.service
+    say "edgeheal.service is running: edgeheal status; journalctl -u edgeheal"
+  else
+    say "installed; not started (--no-start)"
+  fi
+else
+  say "systemd is not running here: units installed but not enabled or started;"
+  say "run the agent by hand with: edgeheal run --config $CONF_DIR/edgeheal.toml"
+fi
+say "done: $("$BIN" --version)"
