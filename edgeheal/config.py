@@ -551,7 +551,7 @@ def _validate_wireguard(wg: WireguardSettings) -> None:
     for key in ("rekey_failing_after", "dead_after", "rx_stall_after", "connect_grace"):
         value = getattr(wg, key)
         if isinstance(value, float) and value <= 0:
-            raise _KeyError(f"wireguard.{key}", "must be greater than zero (or \"auto\")")
+            raise _KeyError(f"wireguard.{key}", "must be greater than zero")
     if (isinstance(wg.rekey_failing_after, float) and isinstance(wg.dead_after, float)
             and wg.rekey_failing_after >= wg.dead_after):
         raise _KeyError("wireguard.rekey_failing_after",

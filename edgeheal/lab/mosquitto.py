@@ -63,6 +63,7 @@ class Mosquitto:
         self.tls_port = self._port() if tls else None
         self.extra_port = self._port() if extra_listener else None
         self.log_path = self.dir / "mosquitto.log"
+        self.out_path = self.dir / "mosquitto.out"
         self.ca_file = self.other_ca_file = ""
         self.proc: subprocess.Popen[bytes] | None = None
         if tls:
@@ -107,7 +108,7 @@ class Mosquitto:
 
     def _config(self) -> str:
         lines = ["per_listener_settings false", "user root", "persistence false",
-                 "log_dest stdout", "log_type error", "log_type warning", "log_type notice",
+                 f"log_dest file {self.log_path}", "log_type error", "log_type warning", "log_type notice",
                  "log_type information", "connection_messages true",
                  f"allow_anonymous {'false' if self.users else 'true'}"]
         if self.password_file:
@@ -131,16 +132,16 @@ class Mosquitto:
             return
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.proc = self.sandbox.spawn(["mosquitto", "-c", str(self.config_path)], ns=self.ns,
-                                       log_path=self.log_path)
+                                       log_path=self.out_path)
         deadline = time.monotonic() + self.ready_timeout
         while time.monotonic() < deadline:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")[offset:]
+            text = self.log()[offset:]
             if " running" in text:
                 return
             if self.proc.poll() is not None:
                 break
             time.sleep(0.02)
-        log = self.log_path.read_text(encoding="utf-8", errors="replace")[offset:]
+        log = self.log()[offset:] + self.out_path.read_text(encoding="utf-8", errors="replace")
         self.stop()
         raise LabError(f"mosquitto did not start within {self.ready_timeout:g}s: {log[-800:]}")
 
@@ -158,6 +159,8 @@ class Mosquitto:
             self.proc = None
 
     def log(self) -> str:
+        if not self.log_path.exists():
+            return ""
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def subscribe(self, topic: str, out_path: Path, *, user: str | None = None,

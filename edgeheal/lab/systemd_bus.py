@@ -322,7 +322,7 @@ class FakeSystemd:
         """Change a unit's ActiveState/SubState and tell subscribers, like systemd."""
         unit = self.units[name]
         unit.active_state, unit.sub_state = active, sub
-        if self.subscribers:
+        if self.subscribers and self._connected:
             self._objects[name].emit_properties_changed(
                 {"ActiveState": active, "SubState": sub})
 
@@ -366,5 +366,9 @@ class FakeSystemd:
             self.set_state(name, "activating", "auto-restart")
         else:
             self.set_state(name, "active", "running")
-        if self.subscribers and self._manager is not None:
+        if self.subscribers and self._manager is not None and self._connected:
             self._manager.JobRemoved(job_id, job, name, result)
+
+    @property
+    def _connected(self) -> bool:
+        return self._bus is not None and self._bus.connected

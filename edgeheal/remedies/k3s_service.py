@@ -115,6 +115,8 @@ class _Bus:
         msg = Message(destination=destination, path=path, interface=interface, member=member,
                       signature=signature, body=body or [])
         what = f"{interface.rsplit('.', 1)[-1]}.{member}"
+        if not self.bus.connected:  # sending on a dead connection only leaves stray errors
+            raise BusError("disconnected", f"{what}: lost the bus at {self.address}")
         try:
             reply = await asyncio.wait_for(self.bus.call(msg), CALL_TIMEOUT)
         except TimeoutError as err:

@@ -1,0 +1,388 @@
+"""The Kubernetes API boundary: this node's Flannel pods, Events on the Node, its condition.
+
+Why a narrow module: the actor and the pod remedy need six calls, each of which must be
+bounded, retried politely and reported precisely, and none of which may ever leak the
+token. Everything about the API lives here, behind :class:`KubeClient` and its own
+exceptions (:class:`KubeError`, :class:`KubePermissionError`, :class:`KubeConflict`,
+:class:`KubeNotFound`).
+
+Credentials: lightkube (imported lazily, only when ``[kubernetes]`` is configured) loads a
+kubeconfig — client certificate or bearer token, custom CA, embedded ``*-data`` or files, as
+K3s writes them — or the in-cluster service account (token file re-read on 401), and
+builds the TLS-configured HTTP client. The calls themselves are plain REST on that client
+because lightkube's ``delete`` cannot send ``DeleteOptions.preconditions`` and because one
+request function gives every call the same timeout, retry and error policy:
+
+- every call has ``[kubernetes] request_timeout``; a watch has an overall deadline;
+- 429 is retried after ``Retry-After`` (capped), 5xx and transport errors/timeouts with
+  exponential backoff and full jitter, at most ``[kubernetes] retries`` times;
+- 401 and 403 are never retried: :class:`KubePermissionError` names the verb, resource and
+  namespace that is missing (the RBAC rule to add), or says the credentials were rejected;
+- the token is only ever inside the HTTP client's auth object: no log line, error or repr
+  here contains a header.
+
+Pod safety: :meth:`KubeClient.delete_pod` re-reads the pod and refuses unless it is still
+on this node with the same uid, then deletes with ``preconditions.uid`` so a pod that was
+replaced in between is never deleted by mistake (409 -> :class:`KubeConflict`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgeheal.config import KubernetesSettings
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_MAX = 30.0
+"""Longest ``Retry-After`` honoured, seconds (a longer one is capped, not obeyed blindly)."""
+BACKOFF_BASE = 0.2
+BACKOFF_MAX = 8.0
+EVENT_NAMESPACE = "default"
+"""Where Node events go (as kubelet's do): Nodes are cluster-scoped."""
+COMPONENT = "edgeheal"
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed; the message names the call, never a credential."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KubePermissionError(KubeError):
+    """401/403: a configuration problem (credentials or RBAC), not worth retrying."""
+
+
+class KubeConflict(KubeError):
+    """409: a precondition (the pod's uid) did not hold."""
+
+
+class KubeNotFound(KubeError):
+    """404: the object is gone."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    node: str
+    phase: str
+    ready: bool
+    deleting: bool
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Pod:
+        meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in status.get("conditions") or ())
+        return cls(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+                   uid=str(meta.get("uid", "")), node=str(spec.get("nodeName") or ""),
+                   phase=str(status.get("phase", "")), ready=ready,
+                   deleting=bool(meta.get("deletionTimestamp")))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class KubeClient:
+    def __init__(self, settings: KubernetesSettings, *,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 rng: random.Random | None = None) -> None:
+        self.settings = settings
+        self._sleep = sleep
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self._http: Any = None
+        self._config: Any = None
+
+    # --- the connection ------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        if self._http is None:
+            import httpx2  # noqa: PLC0415
+            from lightkube.config import client_adapter  # noqa: PLC0415
+            from lightkube.config.kubeconfig import KubeConfig  # noqa: PLC0415
+            from lightkube.core.exceptions import ConfigError  # noqa: PLC0415
+
+            source = self.settings.kubeconfig or "in-cluster service account"
+            try:
+                if self.settings.kubeconfig:
+                    kubeconfig = KubeConfig.from_file(self.settings.kubeconfig)
+                else:
+                    kubeconfig = KubeConfig.from_service_account()
+                config = kubeconfig.get(self.settings.context or None)
+                if config is None:
+                    raise KubeError(f"{source}: no current context; set "
+                                    "[kubernetes] context", status=None)
+                if config.user is None:
+                    raise KubeError(f"{source}: context {config.context_name!r} has no user")
+                params = client_adapter.ConnectionParams(
+                    timeout=httpx2.Timeout(self.settings.request_timeout), trust_env=False)
+                self._http = client_adapter.AsyncClient(config, params)
+            except (ConfigError, KeyError, OSError, ValueError, TypeError) as err:
+                # KeyError: missing context/cluster/user names or in-cluster env vars
+                raise KubeError(f"cannot load Kubernetes credentials from {source}: "
+                                f"{type(err).__name__}: {err}") from err
+            except Exception as err:  # yaml/msgspec/ssl errors: name them, nothing more
+                raise KubeError(f"cannot load Kubernetes credentials from {source}: "
+                                f"{type(err).__name__}") from err
+            self._config = config
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+    # --- one request, with the whole policy --------------------------------------------
+
+    async def request(self, method: str, path: str, *, what: str,
+                      params: Mapping[str, str] | None = None,
+                      body: Any = None, content_type: str = "application/json",
+                      ) -> dict[str, Any]:
+        """One API call; ``what`` is ``(verb, resource, namespace)`` rendered for errors."""
+        import httpx2  # noqa: PLC0415
+
+        http = self._client()
+        headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            content = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        attempt = 0
+        while True:
+            try:
+                resp = await http.request(method, path, params=dict(params or {}),
+                                          content=content, headers=headers)
+            except httpx2.TimeoutException as err:
+                problem: str = f"timed out after {self.settings.request_timeout:g}s"
+                status, retry_after = None, None
+                cause: Exception = err
+            except httpx2.TransportError as err:
+                problem = f"{type(err).__name__}: {err}"
+                status, retry_after = None, None
+                cause = err
+            else:
+                if resp.status_code < 300:
+                    try:
+                        data = resp.json() if resp.content else {}
+                    except ValueError as err:
+                        raise KubeError(f"{what}: the API answered {resp.status_code} with "
+                                        "a body that is not JSON") from err
+                    return data if isinstance(data, dict) else {"items": data}
+                status = resp.status_code
+                message = _status_message(resp)
+                if status in (401, 403):
+                    raise _permission(status, what, message, self.settings.kubeconfig)
+                if status == 404:
+                    raise KubeNotFound(f"{what}: not found ({message})", status=404)
+                if status == 409:
+                    raise KubeConflict(f"{what}: conflict ({message})", status=409)
+                if status != 429 and status < 500:
+                    raise KubeError(f"{what}: the API answered {status}: {message}",
+                                    status=status)
+                problem = f"the API answered {status}: {message}"
+                retry_after = _retry_after(resp) if status == 429 else None
+                cause = KubeError(problem, status=status)
+            if attempt >= self.settings.retries:
+                raise KubeError(f"{what}: {problem} (gave up after {attempt + 1} attempts)",
+                                status=status) from cause
+            delay = (min(retry_after, RETRY_AFTER_MAX) if retry_after is not None
+                     else self._rng.uniform(0, min(BACKOFF_MAX, BACKOFF_BASE * 2 ** attempt)))
+            attempt += 1
+            log.info("kubernetes: %s: %s; retry %d/%d in %.2fs", what, problem, attempt,
+                     self.settings.retries, delay)
+            await self._sleep(delay)
+
+    # --- pods ------------------------------------------------------------------------------
+
+    async def list_pods(self, namespace: str, label_selector: str, node: str,
+                        ) -> tuple[list[Pod], str]:
+        """This node's pods matching the selector, and the list's resourceVersion."""
+        data = await self.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods",
+            what=f"list pods in namespace {namespace}",
+            params={"labelSelector": label_selector, "fieldSelector": f"spec.nodeName={node}"})
+        pods = [Pod.from_json(item) for item in data.get("items") or ()]
+        # The server filtered already; filter again so a lax server can never widen it.
+        return ([p for p in pods if p.node == node],
+                str((data.get("metadata") or {}).get("resourceVersion", "")))
+
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        data = await self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                                  what=f"get pods in namespace {namespace}")
+        return Pod.from_json(data)
+
+    async def delete_pod(self, pod: Pod, node: str) -> Pod:
+        """Delete ``pod`` only if it is still this node's, with the same uid."""
+        current = await self.get_pod(pod.namespace, pod.name)
+        if current.node != node:
+            raise KubeConflict(f"pod {pod.ref} is on node {current.node!r}, not {node!r}: "
+                               "not deleting another node's pod")
+        if current.uid != pod.uid:
+            raise KubeConflict(f"pod {pod.ref} was replaced (uid {current.uid} != "
+                               f"{pod.uid}): not deleting it")
+        data = await self.request(
+            "DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
+            what=f"delete pods in namespace {pod.namespace}",
+            body={"apiVersion": "v1", "kind": "DeleteOptions",
+                  "preconditions": {"uid": pod.uid}})
+        return Pod.from_json(data) if data.get("kind") == "Pod" else current
+
+    async def watch_pods(self, namespace: str, label_selector: str, node: str,
+                         resource_version: str, timeout: float,
+                         ) -> AsyncIterator[tuple[str, Pod]]:
+        """Stream (type, pod) events for this node's matching pods until ``timeout``."""
+        import httpx2  # noqa: PLC0415
+
+        http = self._client()
+        params = {"watch": "true", "labelSelector": label_selector,
+                  "fieldSelector": f"spec.nodeName={node}",
+                  "timeoutSeconds": str(max(1, int(timeout))),
+                  "allowWatchBookmarks": "false"}
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        what = f"watch pods in namespace {namespace}"
+        timeouts = httpx2.Timeout(self.settings.request_timeout, read=timeout + 5.0)
+        try:
+            async with http.stream("GET", f"/api/v1/namespaces/{namespace}/pods",
+                                   params=params, timeout=timeouts,
+                                   headers={"Accept": "application/json"}) as resp:
+                if resp.status_code >= 300:
+                    await resp.aread()
+                    message = _status_message(resp)
+                    if resp.status_code in (401, 403):
+                        raise _permission(resp.status_code, what, message,
+                                          self.settings.kubeconfig)
+                    raise KubeError(f"{what}: the API answered {resp.status_code}: "
+                                    f"{message}", status=resp.status_code)
+                async for line in resp.aiter_lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                        kind, obj = str(event["type"]), event["object"]
+                    except (ValueError, KeyError, TypeError) as err:
+                        raise KubeError(f"{what}: a watch event is not valid JSON") from err
+                    if kind == "ERROR":
+                        raise KubeError(f"{what}: {obj.get('message', 'watch error')}",
+                                        status=obj.get("code"))
+                    if kind == "BOOKMARK":
+                        continue
+                    pod = Pod.from_json(obj)
+                    if pod.node == node:
+                        yield kind, pod
+        except httpx2.HTTPError as err:
+            raise KubeError(f"{what}: {type(err).__name__}: {err}") from err
+
+    async def wait_replacement(self, namespace: str, label_selector: str, node: str,
+                               old_uid: str, timeout: float,
+                               clock: Callable[[], float]) -> Pod:
+        """Wait for a pod on ``node`` with a uid other than ``old_uid`` to be Running and
+        Ready: list, then watch from that version; re-list if the watch ends early."""
+        deadline = clock() + timeout
+        last: Pod | None = None
+        while (left := deadline - clock()) > 0:
+            pods, version = await self.list_pods(namespace, label_selector, node)
+            for pod in pods:
+                if pod.uid != old_uid and not pod.deleting:
+                    last = pod
+                    if pod.ready and pod.phase == "Running":
+                        return pod
+            try:
+                async with asyncio.timeout(left):
+                    async for kind, pod in self.watch_pods(namespace, label_selector, node,
+                                                           version, left):
+                        if kind in ("ADDED", "MODIFIED") and pod.uid != old_uid \
+                                and not pod.deleting:
+                            last = pod
+                            if pod.ready and pod.phase == "Running":
+                                return pod
+            except TimeoutError:
+                break
+            except KubePermissionError:
+                raise
+            except KubeError as err:
+                log.info("kubernetes: %s; listing again", err)
+                await self._sleep(min(1.0, max(0.0, deadline - clock())))
+        seen = (f"replacement {last.ref} is {last.phase or 'Pending'}, "
+                f"{'ready' if last.ready else 'not ready'}") if last else "no replacement pod"
+        raise KubeError(f"no Ready replacement for the Flannel pod on node {node} within "
+                        f"{timeout:g}s ({seen})")
+
+    # --- the Node ---------------------------------------------------------------------------
+
+    async def node_event(self, node: str, reason: str, message: str, *,
+                         warning: bool = False) -> None:
+        """Record an Event on the Node, as kubelet does (namespace default, uid = name)."""
+        now = _now()
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{node}.edgeheal.", "namespace": EVENT_NAMESPACE},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+            "reason": reason, "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "source": {"component": COMPONENT, "host": node},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": COMPONENT, "reportingInstance": node,
+        }
+        await self.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events",
+                           what=f"create events in namespace {EVENT_NAMESPACE}", body=body)
+
+    async def set_node_condition(self, node: str, kind: str, healthy: bool | None,
+                                 reason: str, message: str) -> None:
+        """Set one Node condition with a strategic-merge patch of ``nodes/status`` (merged
+        by ``type``, so kubelet's own conditions are untouched)."""
+        now = _now()
+        status = "Unknown" if healthy is None else ("True" if healthy else "False")
+        body = {"status": {"conditions": [{
+            "type": kind, "status": status, "reason": reason, "message": message[:1024],
+            "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
+        await self.request("PATCH", f"/api/v1/nodes/{node}/status",
+                           what="patch nodes/status (cluster-scoped)", body=body,
+                           content_type="application/strategic-merge-patch+json")
+
+
+def _status_message(resp: Any) -> str:
+    try:
+        data = resp.json()
+    except ValueError:
+        return (resp.text or "").strip()[:200] or resp.reason_phrase
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])[:300]
+    return str(resp.reason_phrase)
+
+
+def _retry_after(resp: Any) -> float | None:
+    raw = resp.headers.get("Retry-After")
+    try:
+        return max(0.0, float(raw)) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _permission(status: int, what: str, message: str, kubeconfig: str) -> KubePermissionError:
+    source = kubeconfig or "the in-cluster service account"
+    if status == 401:
+        return KubePermissionError(
+            f"{what}: unauthorized (401): the API server rejected the credentials from "
+            f"{source} (expired or revoked token, or a client certificate it does not "
+            "trust); regenerate it with `edgeheal kubeconfig`", status=401)
+    return KubePermissionError(
+        f"{what}: forbidden (403): the agent's account lacks the permission to {what}; add "
+        f"it to its Role (see k3s-manifests/rbac.yaml). The API said: {message}", status=403)

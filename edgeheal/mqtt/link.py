@@ -1,0 +1,220 @@
+"""The kept-open connection to the alert broker: will, keepalive, backoff, QoS 1 publish.
+
+Why kept open: edge boxes pay for 4G bytes, and a connection that is already up both
+carries alerts at once and *is* the reachability signal of its target — MQTT keepalive
+(PINGREQ/PINGRESP every ``keepalive`` seconds of silence) notices a dead path within about
+two keepalive periods, with no extra CONNECTs. The mqtt check of the alert target reads
+:attr:`Link.state` instead of probing.
+
+- The will message (retained ``offline`` status) is registered with every CONNECT, so the
+  broker announces the agent's disappearance; a clean :meth:`Link.close` publishes its
+  own ``offline`` first (a clean DISCONNECT suppresses the will).
+- Reconnects back off exponentially from ``min_delay`` to ``max_delay`` with full jitter
+  in the upper half (``delay * U(0.5, 1)``), so a fleet does not reconnect in lockstep
+  after a broker outage; the attempt counter resets once a connection has stayed up.
+- :meth:`Link.publish` is QoS 1 and returns when the PUBACK arrives; paho's in-memory
+  queue is never relied on (each connection is a fresh clean session), durability is the
+  caller's outbox.
+
+:func:`shared` hands the same :class:`Link` to the mqtt check and the alert engine of one
+agent (keyed by the agent's metrics registry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgeheal.mqtt import MqttError
+
+if TYPE_CHECKING:
+    from edgeheal.config import MqttTarget
+    from edgeheal.mqtt.connection import Connection
+
+log = logging.getLogger(__name__)
+
+STABLE_AFTER = 30.0
+"""A connection that stayed up this long resets the backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    """What the mqtt check reports for the alert target."""
+
+    up: bool
+    reason: str
+    """``ok`` when up; otherwise the last failure's reason, or ``connecting``."""
+    message: str
+    since: float
+    """Monotonic time of the last change between up and down."""
+    rtt_seconds: float | None = None
+    connects: int = 0
+    attempts: int = 0
+
+
+class Link:
+    """One broker connection, kept open and re-made with backoff by :meth:`run`."""
+
+    def __init__(self, target: MqttTarget, node: str, *, will: Callable[[], tuple[str, bytes]]
+                 | None = None, min_delay: float = 1.0, max_delay: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 rng: random.Random | None = None) -> None:
+        self.target, self.node = target, node
+        self.will = will
+        self.min_delay, self.max_delay = min_delay, max_delay
+        self.clock = clock
+        self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
+        self.state = LinkState(False, "connecting", "not connected yet", clock())
+        self.generation = 0
+        """Increments on every successful connect (the engine re-publishes status)."""
+        self._conn: Connection | None = None
+        self._changed = asyncio.Event()
+        self._closing = False
+        self.on_state: Callable[[LinkState], None] | None = None
+
+    @property
+    def connected(self) -> bool:
+        conn = self._conn
+        return conn is not None and conn.connected and not conn.closed.done()
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds before reconnect attempt ``attempt`` (1-based): capped, jittered."""
+        base = min(self.max_delay, self.min_delay * 2 ** max(0, attempt - 1))
+        return base * self.rng.uniform(0.5, 1.0)
+
+    def _set(self, state: LinkState) -> None:
+        old = self.state
+        self.state = state
+        if old.up != state.up or old.reason != state.reason:
+            level = logging.INFO if state.up else logging.WARNING
+            log.log(level, "mqtt link %s: %s: %s", self.target.name, state.reason,
+                    state.message, extra={"check": self.target.name})
+        if self.on_state is not None:
+            self.on_state(state)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self) -> None:
+        await self._changed.wait()
+
+    async def wait_up(self) -> None:
+        while not self.connected:
+            await self.wait_change()
+
+    async def wait_down(self) -> None:
+        conn = self._conn
+        if conn is None or not self.connected:
+            return
+        await asyncio.shield(conn.closed)
+
+    async def run(self) -> None:
+        """Connect, stay connected, reconnect with backoff; runs until cancelled.
+
+        Cancelling leaves the current connection open so :meth:`close` can still say
+        ``offline`` on it; :meth:`close` (or :meth:`abort`) always ends it.
+        """
+        from edgeheal.mqtt.connection import Connection  # noqa: PLC0415 - paho on demand
+
+        attempt = 0
+        while not self._closing:
+            attempt += 1
+            conn = Connection(self.target, self.node, keepalive=self.target.keepalive,
+                              will=self.will() if self.will else None)
+            try:
+                async with asyncio.timeout(self.target.timeout):
+                    rtt = await conn.connect()
+            except MqttError as err:
+                conn.abort()
+                self._down(err.reason, err.message, attempt)
+            except TimeoutError:
+                stage = conn.stage[0]
+                conn.abort()
+                self._down("timeout", f"no progress within {self.target.timeout:g}s "
+                           f"({stage})", attempt)
+            except BaseException:
+                conn.abort()
+                raise
+            else:
+                self._conn = conn
+                self.generation += 1
+                up_at = self.clock()
+                self._set(LinkState(True, "ok", f"connected, CONNACK in {rtt * 1000:.1f} ms",
+                                    up_at, rtt, self.state.connects + 1, attempt))
+                error = await asyncio.shield(conn.closed)
+                if self._closing:
+                    return
+                err = error or MqttError("unreachable", "disconnected")
+                if self.clock() - up_at >= STABLE_AFTER:
+                    attempt = 0
+                self._down(err.reason, err.message, attempt)
+                if attempt == 0:
+                    continue  # a long-lived connection dropped: try again at once
+            await asyncio.sleep(self.backoff(attempt))
+
+    def _down(self, reason: str, message: str, attempt: int) -> None:
+        since = self.state.since if not self.state.up and self.state.reason != "connecting" \
+            else self.clock()
+        self._set(LinkState(False, reason, message, since, None, self.state.connects, attempt))
+
+    async def publish(self, topic: str, payload: bytes, *, retain: bool = False,
+                      timeout: float | None = None) -> None:
+        """QoS 1; returns once the broker's PUBACK arrived, else raises MqttError.
+
+        A PUBACK that does not come within ``timeout`` (default: twice the keepalive)
+        drops the connection: the message's fate is unknown, the caller resends it.
+        """
+        conn = self._conn
+        if conn is None or not self.connected:
+            raise MqttError("unreachable", f"{self.target.name}: not connected")
+        fut = conn.publish(topic, payload, retain=retain)
+        limit = timeout if timeout is not None else 2 * max(1.0, self.target.keepalive)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), limit)
+        except TimeoutError as err:
+            conn.abort(MqttError("timeout", f"{self.target.name}: no PUBACK within "
+                                 f"{limit:g}s"))
+            raise MqttError("timeout", f"{self.target.name}: no PUBACK within "
+                            f"{limit:g}s") from err
+
+    async def close(self, final: tuple[str, bytes] | None = None,
+                    timeout: float = 1.0) -> None:
+        """Publish ``final`` (retained, e.g. the offline status), then DISCONNECT."""
+        self._closing = True
+        conn = self._conn
+        if conn is None:
+            return
+        began = time.monotonic()
+        if final is not None and self.connected:
+            with contextlib.suppress(MqttError):
+                await self.publish(final[0], final[1], retain=True, timeout=timeout)
+        await conn.disconnect(max(0.1, timeout - (time.monotonic() - began)))
+        self._conn = None
+
+    def abort(self) -> None:
+        self._closing = True
+        if self._conn is not None:
+            self._conn.abort()
+            self._conn = None
+
+
+_SHARED: weakref.WeakKeyDictionary[Any, dict[str, Link]] = weakref.WeakKeyDictionary()
+
+
+def shared(owner: Any, target: MqttTarget, node: str, **kw: Any) -> Link:
+    """The one :class:`Link` of ``target`` for this agent (``owner``: its registry)."""
+    links = _SHARED.setdefault(owner, {})
+    link = links.get(target.name)
+    if link is None:
+        link = links[target.name] = Link(target, node, **kw)
+    return link
+
+
+def existing(owner: Any, name: str) -> Link | None:
+    return _SHARED.get(owner, {}).get(name)

@@ -1,0 +1,87 @@
+"""The ``pod`` remedy: restart DaemonSet Flannel by deleting *this node's* Flannel pod.
+
+Why deletion: with ``--flannel-backend=none`` and kube-flannel, Flannel runs as one pod per
+node (namespace ``kube-flannel``, label ``app=flannel``); deleting it makes the DaemonSet
+controller create a fresh one, which rebuilds ``flannel-wg`` from the cluster's data —
+the manual fix of the incident, done through the API with the least privilege.
+
+Safety: the pod is found with the label selector *and* ``fieldSelector=spec.nodeName=<this
+node>``; exactly one must match (two means a rollout is in progress: refuse, the DaemonSet
+is already replacing it). :meth:`edgeheal.kube.KubeClient.delete_pod` re-reads the pod,
+checks node and uid again and deletes with ``preconditions.uid``. Then the remedy waits
+(watch, re-list on interruption) for a pod with a *different* uid on this node to be Running
+and Ready within ``[remediation.pod] ready_timeout``. Tunnel recovery is the caller's to
+verify. 401/403 become :class:`RemedyError` with ``config_problem=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from edgeheal.kube import KubeConflict, KubeError, KubeNotFound, KubePermissionError
+from edgeheal.remedies import Availability, Outcome, RemedyError
+
+if TYPE_CHECKING:
+    from edgeheal.config import PodRemedySettings
+    from edgeheal.kube import KubeClient, Pod
+
+
+class PodRemedy:
+    mode = "pod"
+
+    def __init__(self, kube: KubeClient, settings: PodRemedySettings, *, node: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube, self.settings, self.node, self.clock = kube, settings, node, clock
+
+    async def _this_nodes_pod(self) -> Pod:
+        try:
+            pods, _ = await self.kube.list_pods(self.settings.namespace,
+                                                self.settings.label_selector, self.node)
+        except KubePermissionError as err:
+            raise RemedyError(str(err), config_problem=True) from err
+        except KubeError as err:
+            raise RemedyError(f"cannot list Flannel pods: {err}") from err
+        live = [p for p in pods if not p.deleting]
+        where = (f"{self.settings.label_selector} in namespace {self.settings.namespace} "
+                 f"on node {self.node}")
+        if not live:
+            raise RemedyError(f"no Flannel pod {where}")
+        if len(live) > 1:
+            names = ", ".join(p.name for p in live)
+            raise RemedyError(f"{len(live)} Flannel pods {where} ({names}): a rollout is in "
+                              "progress; not deleting any")
+        return live[0]
+
+    async def probe(self) -> Availability:
+        try:
+            pod = await self._this_nodes_pod()
+        except RemedyError as err:
+            return Availability(False, str(err))
+        return Availability(True, f"Flannel pod {pod.ref} is on node {self.node}")
+
+    async def restart(self) -> Outcome:
+        pod = await self._this_nodes_pod()
+        began = self.clock()
+        try:
+            await self.kube.delete_pod(pod, self.node)
+        except KubePermissionError as err:
+            raise RemedyError(str(err), config_problem=True) from err
+        except KubeNotFound:
+            pass  # already gone: the DaemonSet is replacing it; wait for that
+        except KubeConflict as err:
+            raise RemedyError(f"not deleting {pod.ref}: {err}") from err
+        except KubeError as err:
+            raise RemedyError(f"cannot delete {pod.ref}: {err}") from err
+        try:
+            new = await self.kube.wait_replacement(
+                self.settings.namespace, self.settings.label_selector, self.node, pod.uid,
+                self.settings.ready_timeout, self.clock)
+        except KubePermissionError as err:
+            raise RemedyError(str(err), config_problem=True) from err
+        except KubeError as err:
+            raise RemedyError(f"deleted {pod.ref}, but {err}") from err
+        return Outcome(target=f"pod {pod.ref}",
+                       detail=f"replaced by {new.name} (Ready after "
+                              f"{self.clock() - began:.1f}s)")
