@@ -433,6 +433,7 @@ def loads(text: str, *, source: str = "<string>") -> Config:
 def _validate(config: Config) -> None:
     """Cross-field rules, after defaults are applied."""
     _validate_remediation(config)
+    _validate_service(config.remediation.service)
     if config.agent.check_interval <= 0:
         raise _KeyError("agent.check_interval", "must be greater than zero")
     if not config.http.listen:

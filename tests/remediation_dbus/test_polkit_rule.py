@@ -24,7 +24,7 @@ MANAGE = "org.freedesktop.systemd1.manage-units"
 # rule can see; the rule file runs in a fresh context holding only `polkit`.
 RUNNER = r"""
 const fs = require("fs"), vm = require("vm");
-const [rulePath, casesJson] = process.argv.slice(2);
+const {rulePath, cases} = JSON.parse(fs.readFileSync(0, "utf8"));
 const polkit = {
   Result: {NO: "no", YES: "yes", AUTH_SELF: "auth_self", AUTH_SELF_KEEP: "auth_self_keep",
            AUTH_ADMIN: "auth_admin", AUTH_ADMIN_KEEP: "auth_admin_keep", NOT_HANDLED: null},
@@ -35,7 +35,7 @@ const polkit = {
   spawn(argv) { throw new Error("rules must not spawn programs"); },
 };
 vm.runInNewContext(fs.readFileSync(rulePath, "utf8"), {polkit}, {filename: rulePath});
-const out = JSON.parse(casesJson).map(([id, details, user, groups]) => {
+const out = cases.map(([id, details, user, groups]) => {
   const action = {id, lookup: (key) => details[key]};
   const subject = {user, groups, pid: 4242, local: false, active: false,
                    isInGroup: (g) => groups.indexOf(g) !== -1, isInNetGroup: () => false};
@@ -76,8 +76,8 @@ def evaluate(cases: list[tuple[str, dict[str, str], str, str]]) -> list[str]:
     node = shutil.which("node") or shutil.which("nodejs")
     if node is None:
         pytest.skip("needs Node.js to evaluate the polkit rule")
-    payload = json.dumps([[a, d, u, []] for a, d, u, _ in cases])
-    proc = subprocess.run([node, "-e", RUNNER, "--", str(RULE), payload], capture_output=True,
+    payload = json.dumps({"rulePath": str(RULE), "cases": [[a, d, u, []] for a, d, u, _ in cases]})
+    proc = subprocess.run([node, "-e", RUNNER], input=payload, capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
     result: list[str] = json.loads(proc.stdout)

@@ -1,0 +1,77 @@
+"""The reconciler's bookkeeping over a recorded feature set: the first pass is ``boot``,
+every later correction is drift (counted by cause, logged, emitted once)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from edgeheal.checks import Event
+from edgeheal.enforce import DRIFT_EVENT, Enforcer
+from tests.offload.helpers import CSUM, FixtureSource, fixture
+
+
+def _corrections(reg: CollectorRegistry, iface: str, cause: str) -> float:
+    return reg.get_sample_value("edgeheal_offload_corrections_total",
+                                {"interface": iface, "cause": cause}) or 0.0
+
+
+def _enabled(reg: CollectorRegistry, iface: str, feature: str) -> float | None:
+    return reg.get_sample_value("edgeheal_offload_feature_enabled",
+                                {"interface": iface, "feature": feature})
+
+
+async def test_first_pass_is_boot_and_later_corrections_are_drift() -> None:
+    source = FixtureSource({"wwan0": fixture("qeth"), "eth0": fixture("virtio_net")})
+    reg, events = CollectorRegistry(), []
+    enforcer = Enforcer(("wwan*",), CSUM, registry=reg, emit=events.append,
+                        source=lambda: source)
+    try:
+        await enforcer.reconcile("recheck")  # the first pass is boot whatever the caller
+        assert _corrections(reg, "wwan0", "boot") == 1
+        assert _enabled(reg, "wwan0", "tx-checksum-ipv4") == 0
+        assert _enabled(reg, "eth0", "tx-checksum-ip-generic") is None  # not configured
+        assert events == [] and enforcer.take_drift() == []
+
+        source.turn_on("wwan0", "tx-checksum-ipv4")
+        await enforcer.reconcile("link_event", only="wwan0")
+        assert _corrections(reg, "wwan0", "link_event") == 1
+        (drift,) = enforcer.take_drift()
+        assert (drift.interface, drift.features, drift.cause) == (
+            "wwan0", ("tx-checksum-ipv4",), "link_event")
+        assert enforcer.take_drift() == []  # reported once
+        (event,) = events
+        assert isinstance(event, Event) and event.kind == DRIFT_EVENT
+        assert event.detail["interface"] == "wwan0"
+
+        source.turn_on("wwan0", "tx-checksum-ipv4")
+        await enforcer.reconcile("recheck")
+        assert _corrections(reg, "wwan0", "recheck") == 1
+        assert enforcer.drift_total == 2
+    finally:
+        await enforcer.close()
+
+
+async def test_observe_only_changes_nothing_and_exports_the_feature_as_on() -> None:
+    source = FixtureSource({"wwan0": fixture("veth")})
+    reg = CollectorRegistry()
+    enforcer = Enforcer(("wwan0",), CSUM, enforce=False, registry=reg, source=lambda: source)
+    try:
+        await enforcer.reconcile("recheck")
+        assert source.disabled == []
+        assert _enabled(reg, "wwan0", "tx-checksum-ip-generic") == 1
+    finally:
+        await enforcer.close()
+
+
+async def test_an_interface_that_goes_away_drops_its_series() -> None:
+    source = FixtureSource({"wwan0": fixture("veth")})
+    reg = CollectorRegistry()
+    enforcer = Enforcer(("wwan0",), CSUM, registry=reg, source=lambda: source)
+    try:
+        await enforcer.reconcile("recheck")
+        assert _enabled(reg, "wwan0", "tx-checksum-ip-generic") == 0
+        del source.state["wwan0"]
+        await enforcer.reconcile("recheck")
+        assert _enabled(reg, "wwan0", "tx-checksum-ip-generic") is None
+    finally:
+        await enforcer.close()
