@@ -220,6 +220,9 @@ class AlertSettings:
         10000, "Most alerts kept while the broker is unreachable; the oldest are dropped.")
     outbox_max_age: float = setting(
         7 * 86400.0, "Alerts older than this are dropped from the outbox.", duration=True)
+    reconnect_max: float = setting(
+        60.0, "Cap of the jittered exponential backoff between reconnects of the alert "
+        "connection (it starts at 1 s).", duration=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,6 +483,17 @@ def _validate(config: Config) -> None:
         names = ", ".join(t.name for t in config.mqtt.targets) or "none configured"
         raise _KeyError("alerts.target",
                         f"no [[mqtt.targets]] entry named {config.alerts.target!r} ({names})")
+    if config.alerts.outbox_max_count < 1:
+        raise _KeyError("alerts.outbox_max_count", "must be at least 1")
+    for key in ("outbox_max_age", "reminder_interval", "reconnect_max"):
+        if getattr(config.alerts, key) <= 0:
+            raise _KeyError(f"alerts.{key}", "must be greater than zero")
+    if not re.fullmatch(r"[^#+\x00]+", config.alerts.topic_prefix.strip("/")):
+        raise _KeyError("alerts.topic_prefix",
+                        "must be a non-empty MQTT topic without '#', '+' or NUL")
+    for i, target in enumerate(config.mqtt.targets):
+        if target.keepalive < 1 or target.keepalive > 65535:
+            raise _KeyError(f"mqtt.targets[{i}].keepalive", "expected 1s to 65535s")
     for i, pattern in enumerate(config.offload.interfaces):
         if not pattern or "/" in pattern:
             raise _KeyError(f"offload.interfaces[{i}]", f"not an interface name: {pattern!r}")

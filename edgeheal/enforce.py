@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import enum
 import fnmatch
 import functools
@@ -385,9 +386,10 @@ class Enforcer:
         re-reconciles everything, covering any lost event)."""
         from edgeheal.links import DELLINK, LinkListener  # noqa: PLC0415
 
-        async with LinkListener(netns=self._netns) as links:
+        async with LinkListener(netns=self._netns) as links, \
+                contextlib.aclosing(aiter(links)) as events:
             await self.reconcile("recheck")  # after bind: nothing slips between
-            async for event, ifname, _ in links:
+            async for event, ifname, _ in events:
                 if event == DELLINK:
                     if ifname in self._state.interfaces:
                         log.info("%s went away", ifname, extra={"interface": ifname})

@@ -245,20 +245,20 @@ class KubeClient:
         return Pod.from_json(data) if data.get("kind") == "Pod" else current
 
     async def watch_pods(self, namespace: str, label_selector: str, node: str,
-                         resource_version: str, timeout: float,
+                         resource_version: str, within: float,
                          ) -> AsyncIterator[tuple[str, Pod]]:
-        """Stream (type, pod) events for this node's matching pods until ``timeout``."""
+        """Stream (type, pod) events for this node's matching pods for ``within`` seconds."""
         import httpx2  # noqa: PLC0415
 
         http = self._client()
         params = {"watch": "true", "labelSelector": label_selector,
                   "fieldSelector": f"spec.nodeName={node}",
-                  "timeoutSeconds": str(max(1, int(timeout))),
+                  "timeoutSeconds": str(max(1, int(within))),
                   "allowWatchBookmarks": "false"}
         if resource_version:
             params["resourceVersion"] = resource_version
         what = f"watch pods in namespace {namespace}"
-        timeouts = httpx2.Timeout(self.settings.request_timeout, read=timeout + 5.0)
+        timeouts = httpx2.Timeout(self.settings.request_timeout, read=within + 5.0)
         try:
             async with http.stream("GET", f"/api/v1/namespaces/{namespace}/pods",
                                    params=params, timeout=timeouts,
@@ -290,12 +290,12 @@ class KubeClient:
         except httpx2.HTTPError as err:
             raise KubeError(f"{what}: {type(err).__name__}: {err}") from err
 
-    async def wait_replacement(self, namespace: str, label_selector: str, node: str,
-                               old_uid: str, timeout: float,
+    async def wait_replacement(self, namespace: str, label_selector: str, node: str, *,
+                               old_uid: str, within: float,
                                clock: Callable[[], float]) -> Pod:
         """Wait for a pod on ``node`` with a uid other than ``old_uid`` to be Running and
         Ready: list, then watch from that version; re-list if the watch ends early."""
-        deadline = clock() + timeout
+        deadline = clock() + within
         last: Pod | None = None
         while (left := deadline - clock()) > 0:
             pods, version = await self.list_pods(namespace, label_selector, node)
@@ -323,7 +323,7 @@ class KubeClient:
         seen = (f"replacement {last.ref} is {last.phase or 'Pending'}, "
                 f"{'ready' if last.ready else 'not ready'}") if last else "no replacement pod"
         raise KubeError(f"no Ready replacement for the Flannel pod on node {node} within "
-                        f"{timeout:g}s ({seen})")
+                        f"{within:g}s ({seen})")
 
     # --- the Node ---------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ re-reconciles everything, which is what a lost event would have triggered anyway
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -87,14 +88,15 @@ class LinkListener:
             raise LinkListenerError("the link listener is not open")
         while self._ipr is not None:
             try:
-                async for msg in self._ipr.get():
-                    # msg["event"], not msg.get("event"): get() prefers the IFLA_EVENT
-                    # attribute, which a feature change carries (IFLA_EVENT_FEATURES).
-                    event = msg["event"]
-                    if event not in (NEWLINK, DELLINK):
-                        continue
-                    yield LinkEvent(event, msg.get_attr("IFLA_IFNAME") or "",
-                                    int(msg["index"]))
+                async with contextlib.aclosing(self._ipr.get()) as batch:
+                    async for msg in batch:
+                        # msg["event"], not msg.get("event"): get() prefers the IFLA_EVENT
+                        # attribute, which a feature change carries (IFLA_EVENT_FEATURES).
+                        event = msg["event"]
+                        if event not in (NEWLINK, DELLINK):
+                            continue
+                        yield LinkEvent(event, msg.get_attr("IFLA_IFNAME") or "",
+                                        int(msg["index"]))
             except LinkListenerError:
                 raise
             except Exception as err:

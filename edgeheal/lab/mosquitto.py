@@ -29,7 +29,7 @@ API::
 from __future__ import annotations
 
 import contextlib
-import random
+import secrets
 import shutil
 import socket
 import subprocess
@@ -54,7 +54,7 @@ class Mosquitto:
                  ready_timeout: float = 10.0) -> None:
         require_programs("mosquitto", "mosquitto_passwd")
         self.sandbox, self.ns, self.host = sandbox, ns, host
-        self.dir = sandbox.track(Path(workdir) / f"mosquitto-{random.randrange(1 << 30):x}")
+        self.dir = sandbox.track(Path(workdir) / f"mosquitto-{secrets.token_hex(4)}")
         self.dir.mkdir(parents=True)
         self.users = dict(users or {})
         self.tls = tls
@@ -76,7 +76,7 @@ class Mosquitto:
 
     def _port(self) -> int:
         if self.ns is not None:
-            return random.randrange(20000, 60000)
+            return 20000 + secrets.randbelow(40000)
         return free_port(self.host)
 
     def _make_certs(self) -> None:
@@ -108,8 +108,8 @@ class Mosquitto:
 
     def _config(self) -> str:
         lines = ["per_listener_settings false", "user root", "persistence false",
-                 f"log_dest file {self.log_path}", "log_type error", "log_type warning", "log_type notice",
-                 "log_type information", "connection_messages true",
+                 f"log_dest file {self.log_path}", "log_type error", "log_type warning",
+                 "log_type notice", "log_type information", "connection_messages true",
                  f"allow_anonymous {'false' if self.users else 'true'}"]
         if self.password_file:
             lines.append(f"password_file {self.password_file}")

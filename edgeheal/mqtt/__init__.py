@@ -75,14 +75,14 @@ class ProbeResult:
         return self.reason == "ok"
 
 
-async def probe(target: MqttTarget, node: str, *, timeout: float | None = None,
+async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
                 ) -> ProbeResult:
     """One CONNECT answered by CONNACK, then a clean DISCONNECT, under one hard deadline.
 
-    The deadline is ``timeout`` or, by default, a little less than ``target.timeout`` (so
+    The deadline is ``limit`` seconds or, by default, a little less than ``target.timeout`` (so
     the probe, not the supervisor's own timeout, reports a ``timeout``). Never raises for
     anything the network or the peer does; see :data:`REASONS`.
     """
     from edgeheal.mqtt.connection import probe as _probe  # noqa: PLC0415 - paho on demand
 
-    return await _probe(target, node, timeout=timeout)
+    return await _probe(target, node, limit=limit)

@@ -148,6 +148,11 @@ async def open_socket(target: MqttTarget, stage: list[str],
     if ctx is None:
         return sock
     stage[0] = "TLS handshake"
+    return await _tls_handshake(target, ctx, sock, tls_session)
+
+
+async def _tls_handshake(target: MqttTarget, ctx: ssl.SSLContext, sock: socket.socket,
+                         tls_session: ssl.SSLSession | None) -> ssl.SSLSocket:
     try:
         tls = ctx.wrap_socket(sock, server_hostname=target.server_name or target.host,
                               do_handshake_on_connect=False, session=tls_session)
@@ -257,7 +262,7 @@ class Connection:
         self._disconnecting = False
 
     @property
-    def bytes(self) -> tuple[int, int]:
+    def byte_counts(self) -> tuple[int, int]:
         """MQTT-level bytes (received, sent) on this connection (TLS: plaintext)."""
         return (self._tap.rx, self._tap.tx) if self._tap else (0, 0)
 
@@ -328,14 +333,14 @@ class Connection:
         self._acks[info.mid] = fut
         return fut
 
-    async def disconnect(self, timeout: float = 1.0) -> None:
+    async def disconnect(self, limit: float = 1.0) -> None:
         """Send DISCONNECT and wait (bounded) for it to leave; then make sure all is shut."""
         client = self._client
         if client is not None and self.connected and not self.closed.done():
             self._disconnecting = True
             client.disconnect()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.closed), timeout)
+                await asyncio.wait_for(asyncio.shield(self.closed), limit)
         self.abort()
 
     def abort(self, error: MqttError | None = None) -> None:
@@ -343,7 +348,7 @@ class Connection:
         client = self._client
         if client is not None:
             with contextlib.suppress(Exception):
-                client._sock_close()  # noqa: SLF001 - the one way to drop paho's socket
+                client._sock_close()  # the one way to drop paho's socket
         self._unwatch()
         if self._tap is not None:
             with contextlib.suppress(OSError):
@@ -483,11 +488,11 @@ def _margin(timeout: float) -> float:
     return max(timeout * 0.9, timeout - 0.5)
 
 
-async def probe(target: MqttTarget, node: str, *, timeout: float | None = None,
+async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
                 tls_session: ssl.SSLSession | None = None,
                 on_session: Any = None) -> ProbeResult:
     """One CONNECT/CONNACK/DISCONNECT under one deadline; never raises for the peer."""
-    limit = timeout if timeout is not None else _margin(target.timeout)
+    limit = limit if limit is not None else _margin(target.timeout)
     conn = Connection(target, node, keepalive=max(60.0, target.keepalive),
                       tls_session=tls_session)
     try:
@@ -506,5 +511,5 @@ async def probe(target: MqttTarget, node: str, *, timeout: float | None = None,
         raise
     if on_session is not None:
         on_session(conn.session)
-    await conn.disconnect(timeout=min(1.0, limit))
+    await conn.disconnect(min(1.0, limit))
     return ProbeResult("ok", rtt, f"CONNACK in {rtt * 1000:.1f} ms", conn.tcp_seconds)

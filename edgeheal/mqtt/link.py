@@ -84,10 +84,14 @@ class Link:
         conn = self._conn
         return conn is not None and conn.connected and not conn.closed.done()
 
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     def backoff(self, attempt: int) -> float:
         """Seconds before reconnect attempt ``attempt`` (1-based): capped, jittered."""
-        base = min(self.max_delay, self.min_delay * 2 ** max(0, attempt - 1))
-        return base * self.rng.uniform(0.5, 1.0)
+        base = min(self.max_delay, self.min_delay * 2.0 ** max(0, attempt - 1))
+        return float(base * self.rng.uniform(0.5, 1.0))
 
     def _set(self, state: LinkState) -> None:
         old = self.state
@@ -148,12 +152,12 @@ class Link:
                 self._set(LinkState(True, "ok", f"connected, CONNACK in {rtt * 1000:.1f} ms",
                                     up_at, rtt, self.state.connects + 1, attempt))
                 error = await asyncio.shield(conn.closed)
-                if self._closing:
+                if self.closing:
                     return
-                err = error or MqttError("unreachable", "disconnected")
+                failure = error or MqttError("unreachable", "disconnected")
                 if self.clock() - up_at >= STABLE_AFTER:
                     attempt = 0
-                self._down(err.reason, err.message, attempt)
+                self._down(failure.reason, failure.message, attempt)
                 if attempt == 0:
                     continue  # a long-lived connection dropped: try again at once
             await asyncio.sleep(self.backoff(attempt))
@@ -164,17 +168,17 @@ class Link:
         self._set(LinkState(False, reason, message, since, None, self.state.connects, attempt))
 
     async def publish(self, topic: str, payload: bytes, *, retain: bool = False,
-                      timeout: float | None = None) -> None:
+                      limit: float | None = None) -> None:
         """QoS 1; returns once the broker's PUBACK arrived, else raises MqttError.
 
-        A PUBACK that does not come within ``timeout`` (default: twice the keepalive)
+        A PUBACK that does not come within ``limit`` seconds (default: twice the keepalive)
         drops the connection: the message's fate is unknown, the caller resends it.
         """
         conn = self._conn
         if conn is None or not self.connected:
             raise MqttError("unreachable", f"{self.target.name}: not connected")
         fut = conn.publish(topic, payload, retain=retain)
-        limit = timeout if timeout is not None else 2 * max(1.0, self.target.keepalive)
+        limit = limit if limit is not None else 2 * max(1.0, self.target.keepalive)
         try:
             await asyncio.wait_for(asyncio.shield(fut), limit)
         except TimeoutError as err:
@@ -184,7 +188,7 @@ class Link:
                             f"{limit:g}s") from err
 
     async def close(self, final: tuple[str, bytes] | None = None,
-                    timeout: float = 1.0) -> None:
+                    limit: float = 1.0) -> None:
         """Publish ``final`` (retained, e.g. the offline status), then DISCONNECT."""
         self._closing = True
         conn = self._conn
@@ -193,8 +197,8 @@ class Link:
         began = time.monotonic()
         if final is not None and self.connected:
             with contextlib.suppress(MqttError):
-                await self.publish(final[0], final[1], retain=True, timeout=timeout)
-        await conn.disconnect(max(0.1, timeout - (time.monotonic() - began)))
+                await self.publish(final[0], final[1], retain=True, limit=limit)
+        await conn.disconnect(max(0.1, limit - (time.monotonic() - began)))
         self._conn = None
 
     def abort(self) -> None:

@@ -76,8 +76,8 @@ class PodRemedy:
             raise RemedyError(f"cannot delete {pod.ref}: {err}") from err
         try:
             new = await self.kube.wait_replacement(
-                self.settings.namespace, self.settings.label_selector, self.node, pod.uid,
-                self.settings.ready_timeout, self.clock)
+                self.settings.namespace, self.settings.label_selector, self.node,
+                old_uid=pod.uid, within=self.settings.ready_timeout, clock=self.clock)
         except KubePermissionError as err:
             raise RemedyError(str(err), config_problem=True) from err
         except KubeError as err:

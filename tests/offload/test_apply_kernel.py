@@ -31,7 +31,8 @@ def test_apply_turns_tx_checksum_offload_off(lab: Lab, tmp_path: Path) -> None:
     assert rows[("wwan0", "tx-checksum-ipv4")] == "fixed-off"
     again = edgeheal(lab.ns, "offload", "apply", "--config", str(config))
     assert again.returncode == 0
-    assert "already-off" in again.stdout and "changed" not in again.stdout
+    assert "already-off" in again.stdout
+    assert "changed" not in again.stdout
 
 
 def test_dry_run_changes_nothing_and_says_what_it_would_do(lab: Lab, tmp_path: Path) -> None:

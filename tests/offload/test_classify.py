@@ -60,7 +60,8 @@ def test_every_fixture_file_has_an_expectation_and_cites_its_source() -> None:
     assert files == set(DRIVERS)
     for name in files:
         text = (FIXTURES / f"{name}.txt").read_text(encoding="utf-8")
-        assert "# source:" in text and "# driver:" in text, name
+        assert "# source:" in text, name
+        assert "# driver:" in text, name
 
 
 @pytest.mark.parametrize("driver", sorted(DRIVERS))
@@ -100,7 +101,8 @@ def test_a_driver_that_keeps_the_feature_on_is_refused() -> None:
 def test_permission_denied_is_reported_per_interface_and_nothing_claims_off() -> None:
     source = FixtureSource({"eth0": fixture("veth")}, deny=True)
     report = apply(source, ("eth0",), CSUM, act=True)
-    assert report.permission_denied and not report.all_off
+    assert report.permission_denied
+    assert not report.all_off
     assert report.interfaces[0].results[1].outcome is Outcome.ON
 
 
@@ -140,7 +142,7 @@ DRIFT = [Correction("nic0", ("tx-checksum-ip-generic",), "link_event", drift=Tru
                                    act=False), _settings(enforce=False), [], State.DEGRADED,
      "offload_on"),
 ])
-def test_the_check_maps_each_situation_to_one_reason(
+def test_the_check_maps_each_situation_to_one_reason(  # noqa: PLR0917 - one table row
         case: str, report: object, settings: OffloadSettings, drift: list[Correction],
         state: State, reason: str) -> None:
     result = judge(report(), settings, drift)  # type: ignore[operator]

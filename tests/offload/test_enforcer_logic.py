@@ -22,7 +22,7 @@ def _enabled(reg: CollectorRegistry, iface: str, feature: str) -> float | None:
 
 async def test_first_pass_is_boot_and_later_corrections_are_drift() -> None:
     source = FixtureSource({"wwan0": fixture("qeth"), "eth0": fixture("virtio_net")})
-    reg, events = CollectorRegistry(), []
+    reg, events = CollectorRegistry(), list[Event]()
     enforcer = Enforcer(("wwan*",), CSUM, registry=reg, emit=events.append,
                         source=lambda: source)
     try:
@@ -30,7 +30,8 @@ async def test_first_pass_is_boot_and_later_corrections_are_drift() -> None:
         assert _corrections(reg, "wwan0", "boot") == 1
         assert _enabled(reg, "wwan0", "tx-checksum-ipv4") == 0
         assert _enabled(reg, "eth0", "tx-checksum-ip-generic") is None  # not configured
-        assert events == [] and enforcer.take_drift() == []
+        assert events == []
+        assert enforcer.take_drift() == []
 
         source.turn_on("wwan0", "tx-checksum-ipv4")
         await enforcer.reconcile("link_event", only="wwan0")
@@ -40,7 +41,8 @@ async def test_first_pass_is_boot_and_later_corrections_are_drift() -> None:
             "wwan0", ("tx-checksum-ipv4",), "link_event")
         assert enforcer.take_drift() == []  # reported once
         (event,) = events
-        assert isinstance(event, Event) and event.kind == DRIFT_EVENT
+        assert isinstance(event, Event)
+        assert event.kind == DRIFT_EVENT
         assert event.detail["interface"] == "wwan0"
 
         source.turn_on("wwan0", "tx-checksum-ipv4")

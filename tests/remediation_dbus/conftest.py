@@ -10,6 +10,7 @@ import pytest
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import SystemBus, start_system_bus
 
+
 @pytest.fixture
 def sandbox() -> Iterator[Sandbox]:
     box = Sandbox()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgeheal.config import ServiceSettings
+from edgeheal.lab.netns import Sandbox, stop_process
 from edgeheal.lab.systemd_bus import Behaviour, FakeSystemd, SystemBus
 from edgeheal.remedies import RemedyError
 from edgeheal.remedies.k3s_service import K3sServiceRemedy
@@ -200,10 +201,7 @@ async def test_two_restarts_in_a_row_each_wait_for_their_own_job(
 
 
 async def test_a_bus_that_goes_away_mid_restart_is_an_error_not_a_hang(
-        system_bus: SystemBus, sandbox: object) -> None:
-    from edgeheal.lab.netns import Sandbox, stop_process
-
-    assert isinstance(sandbox, Sandbox)
+        system_bus: SystemBus, sandbox: Sandbox) -> None:
     daemon = sandbox.processes[0]
 
     async def kill_the_bus(unit: str) -> None:

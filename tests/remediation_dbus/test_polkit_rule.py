@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from edgeheal.remedies.k3s_service import AUTO_UNITS, POLKIT_RULE
+
 RULE = Path(__file__).resolve().parents[2] / "systemd" / "50-edgeheal-k3s-restart.rules"
 MANAGE = "org.freedesktop.systemd1.manage-units"
 
@@ -98,8 +100,6 @@ def test_the_rule_is_plain_es5_for_polkits_javascript_engines() -> None:
 
 
 def test_the_rule_names_the_same_units_as_the_remedys_auto_resolution() -> None:
-    from edgeheal.remedies.k3s_service import AUTO_UNITS, POLKIT_RULE
-
     assert POLKIT_RULE.endswith("/" + RULE.name)
     code = RULE.read_text(encoding="utf-8")
     units = re.search(r"var UNITS = \[([^\]]*)\]", code)

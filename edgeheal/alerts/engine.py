@@ -1,0 +1,440 @@
+"""The alert engine: snapshots and events in, durable alerts out, delivered in order.
+
+The agent drives it through exactly this contract::
+
+    engine = build(ctx)          # opens the outbox, raises agent.started, registers alert.test
+    engine.observe(snapshot)     # after every published snapshot (states already debounced)
+    engine.event(ev)             # ctx.emit(...) lands here (offload.drift_corrected, ...)
+    await engine.serve()         # task edgeheal.alerts: the MQTT link and the ordered drain
+    await engine.close()         # clean shutdown: retained status "offline", clean-exit mark
+
+Why transitions and not results: a failing probe every 5 s must not become an alert every
+5 s. A problem *opens* when a check's effective (debounced) state leaves ``ok``; a change of
+state or kind while it lasts (``rekey_failing`` -> ``dead``) is one more alert with the same
+``correlation``; every ``reminder_interval`` a ``reminder`` repeats it; the recovery alert
+closes it, again with that ``correlation``. Open problems are kept in the outbox database,
+so a restart continues them (same correlation, and a recovery that is still sent) instead
+of opening duplicates.
+
+Delivery: every alert is committed to the outbox before it is logged or counted; the drain
+publishes the oldest row at QoS 1, waits for its PUBACK, deletes it, then takes the next —
+one in flight, so order holds across reconnects and restarts. A lost PUBACK means the same
+row (same ``id``) is sent again: at-least-once, duplicates only there. Bounds drop the
+oldest rows and one ``alerts.dropped`` alert (updated in place while undelivered) says how
+many were lost. Time is ``ctx.clock`` (monotonic) for reminders; the wall clock only stamps
+``time`` and ages rows in the outbox (which must survive a reboot).
+
+With ``[alerts] target`` empty there is no connection: alerts are kept (bounded) in the
+outbox and written to the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeheal.alerts import kinds
+from edgeheal.alerts.outbox import DROPPED_KIND, Outbox
+from edgeheal.alerts.payload import Alert, UlidFactory
+from edgeheal.alerts.payload import build as build_alert
+from edgeheal.model import CheckStatus, Snapshot, State, rfc3339
+from edgeheal.mqtt import MqttError
+
+if TYPE_CHECKING:
+    from edgeheal.checks import Context, Event
+    from edgeheal.mqtt.link import Link
+
+log = logging.getLogger(__name__)
+
+OUTBOX_FILE = "alerts.sqlite3"
+RUNNING_MARKER = "agent.running"
+"""Present while the agent runs; found at start-up, it means the last run did not end
+cleanly (kill -9, crash, power loss)."""
+MAX_TEST_ALERTS = 1000
+PRUNE_EVERY = 60.0
+RETRY_AFTER_REJECT = 5.0
+
+_LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
+
+
+@dataclass
+class _Problem:
+    correlation: str
+    kind: str
+    recovery: str
+    state: str
+    reason: str
+    opened: str
+    last_sent: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"correlation": self.correlation, "kind": self.kind, "recovery": self.recovery,
+                "state": self.state, "reason": self.reason, "opened": self.opened}
+
+
+class AlertEngine:
+    def __init__(self, ctx: Context, *, wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 link: Link | None = None) -> None:
+        from prometheus_client import Counter, Gauge  # noqa: PLC0415
+
+        cfg = ctx.config
+        self.ctx, self.settings, self.node = ctx, cfg.alerts, cfg.node
+        self.wall = wall
+        self.ids = UlidFactory()
+        prefix = self.settings.topic_prefix.strip("/")
+        self.alerts_topic = f"{prefix}/{self.node}/alerts"
+        self.status_topic = f"{prefix}/{self.node}/status"
+        self.state_dir = Path(cfg.agent.state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.outbox = Outbox(self.state_dir / OUTBOX_FILE,
+                             max_count=self.settings.outbox_max_count,
+                             max_age=self.settings.outbox_max_age,
+                             wall=lambda: self.wall().timestamp())
+        self.link = link
+        self._mqtt_targets = {t.name: t for t in cfg.mqtt.targets}
+        reg = ctx.registry
+        self.m_raised = Counter("edgeheal_alerts_raised", "Alerts raised, by kind.",
+                                ["kind"], registry=reg)
+        self.m_published = Counter("edgeheal_alerts_published",
+                                   "Alerts acknowledged by the broker (PUBACK).", registry=reg)
+        self.m_depth = Gauge("edgeheal_alert_outbox_depth",
+                             "Alerts in the durable outbox, not yet acknowledged.",
+                             registry=reg)
+        self.m_dropped = Counter("edgeheal_alerts_dropped",
+                                 "Alerts dropped from the outbox by its count or age bound.",
+                                 registry=reg)
+        self._wake = asyncio.Event()
+        self._status_doc: dict[str, Any] | None = None
+        self._status_sent: dict[str, Any] | None = None
+        self._closed = False
+        self._problems: dict[str, _Problem] = self._load_problems()
+        self._restored = set(self._problems)
+        self._last_prune = -1e18
+        self.previous_run = self._previous_run()
+        self._mark_running()
+        self.m_depth.set(self.outbox.depth())
+        ctx.control("alert.test", self._alert_test)
+        self.raise_alert("agent.started", f"edgeheal agent started on {self.node} "
+                         f"(previous run: {self.previous_run})",
+                         {"previous_run": self.previous_run,
+                          "version": _version(), "pid": os.getpid()})
+
+    # --- lifecycle marks ------------------------------------------------------------------
+
+    def _previous_run(self) -> str:
+        if (self.state_dir / RUNNING_MARKER).exists():
+            return "unclean"
+        return "clean" if self.outbox.existed else "none"
+
+    def _mark_running(self) -> None:
+        marker = self.state_dir / RUNNING_MARKER
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _load_problems(self) -> dict[str, _Problem]:
+        raw = self.outbox.get_meta("problems")
+        out: dict[str, _Problem] = {}
+        if not raw:
+            return out
+        try:
+            for name, doc in json.loads(raw).items():
+                out[name] = _Problem(last_sent=self.ctx.clock(), **doc)
+        except (ValueError, TypeError) as err:
+            log.warning("ignoring unreadable open-problem record in the outbox: %s", err)
+            return {}
+        return out
+
+    def _save_problems(self) -> None:
+        self.outbox.set_meta("problems", json.dumps(
+            {name: p.to_json() for name, p in self._problems.items()}, sort_keys=True))
+
+    # --- raising --------------------------------------------------------------------------
+
+    def raise_alert(self, kind: str, message: str, detail: Mapping[str, Any] | None = None, *,
+                    correlation: str = "", reminder: bool = False,
+                    required: bool = True) -> Alert:
+        """Build the alert, commit it to the outbox, then log and count it."""
+        alert = build_alert(kind, node=self.node, message=message, wall=self.wall(),
+                            detail=detail, correlation=correlation, reminder=reminder,
+                            required=required, ids=self.ids)
+        dropped = self.outbox.add(alert.id, kind, self.wall().timestamp(), alert.encode())
+        self.m_raised.labels(kind=kind).inc()
+        log.log(_LEVEL[alert.severity], "alert %s %s%s: %s", alert.kind, alert.id,
+                " (reminder)" if reminder else "", alert.message,
+                extra={"alert_id": alert.id, "kind": alert.kind,
+                       "correlation": alert.correlation})
+        if dropped:
+            self._note_dropped(dropped, "outbox_max_count")
+        self.m_depth.set(self.outbox.depth())
+        self._wake.set()
+        return alert
+
+    def _note_dropped(self, count: int, bound: str) -> None:
+        self.m_dropped.inc(count)
+        log.warning("alert outbox bound %s hit: dropped the %d oldest undelivered alert(s)",
+                    bound, count, extra={"kind": DROPPED_KIND})
+        pending = self.outbox.latest(DROPPED_KIND)
+        if pending is not None:
+            old = Alert.decode(pending.payload)
+            total = int(old.detail.get("dropped", 0)) + count
+            updated = Alert(old.id, old.node, old.time, old.severity, old.kind,
+                            old.correlation, _dropped_message(total),
+                            {**old.detail, "dropped": total, "bound": bound}, False)
+            if self.outbox.replace(pending.seq, updated.encode()):
+                return
+        self.raise_alert(DROPPED_KIND, _dropped_message(count),
+                         {"dropped": count, "bound": bound,
+                          "max_count": self.settings.outbox_max_count,
+                          "max_age_seconds": self.settings.outbox_max_age})
+
+    def _prune(self) -> None:
+        now = self.ctx.clock()
+        if now - self._last_prune < PRUNE_EVERY:
+            return
+        self._last_prune = now
+        dropped = self.outbox.prune()
+        if dropped:
+            self._note_dropped(dropped, "outbox_max_age")
+        self.m_depth.set(self.outbox.depth())
+
+    # --- the agent's inputs -----------------------------------------------------------------
+
+    def observe(self, snapshot: Snapshot) -> None:
+        """Turn debounced transitions into alerts; reminders; the retained status doc."""
+        if self._closed:
+            return
+        now = self.ctx.clock()
+        changed = False
+        for name, status in snapshot.checks.items():
+            if not status.completed:
+                continue
+            changed |= self._observe_check(name, status, now)
+        if changed:
+            self._save_problems()
+        if snapshot.round_complete:
+            doc = {"state": _overall(snapshot), "checks": {
+                n: s.state.value for n, s in snapshot.checks.items()}}
+            if doc != self._status_doc:
+                self._status_doc = doc
+                self._wake.set()
+
+    def _observe_check(self, name: str, status: CheckStatus, now: float) -> bool:
+        problem = self._problems.get(name)
+        restored = name in self._restored
+        self._restored.discard(name)
+        if status.state is State.OK:
+            if problem is None:
+                return False
+            del self._problems[name]
+            why = status.message or status.reason
+            self.raise_alert(problem.recovery, f"{name}: ok again ({why})",
+                             self._detail(name, status, opened=problem.opened),
+                             correlation=problem.correlation, required=status.required)
+            return True
+        kind, recovery = self._problem_kind(name, status)
+        required = status.required and (status.state is State.FAILED or kind != "check.failed")
+        message = f"{name}: {status.state.value} ({status.reason}): {status.message}"
+        if problem is None:
+            alert = self.raise_alert(kind, message, self._detail(name, status),
+                                     required=required)
+            self._problems[name] = _Problem(alert.correlation, kind, recovery,
+                                            status.state.value, status.reason,
+                                            rfc3339(status.since), now)
+            return True
+        if problem.kind != kind or problem.state != status.state.value:
+            if restored and problem.kind == kind:
+                problem.state, problem.reason = status.state.value, status.reason
+                return True
+            self.raise_alert(kind, message, self._detail(name, status, opened=problem.opened),
+                             correlation=problem.correlation, required=required)
+            problem.kind, problem.state, problem.reason = kind, status.state.value, \
+                status.reason
+            problem.last_sent = now
+            return True
+        if restored:
+            return False
+        if now - problem.last_sent >= self.settings.reminder_interval:
+            self.raise_alert(kind, f"still {message}",
+                             self._detail(name, status, opened=problem.opened),
+                             correlation=problem.correlation, reminder=True,
+                             required=required)
+            problem.last_sent = now
+        return False
+
+    def _problem_kind(self, name: str, status: CheckStatus) -> tuple[str, str]:
+        if name in self._mqtt_targets:
+            return "mqtt.unreachable", "mqtt.recovered"
+        if name == "wireguard" and f"wireguard.{status.reason}" in kinds.KINDS:
+            return f"wireguard.{status.reason}", "wireguard.recovered"
+        if name == "offload" and status.state is State.FAILED:
+            return "offload.cannot_disable", "offload.recovered"
+        return "check.failed", "check.recovered"
+
+    def _detail(self, name: str, status: CheckStatus, *, opened: str = "") -> dict[str, Any]:
+        detail: dict[str, Any] = {"check": name, "state": status.state.value,
+                                  "reason": status.reason, "since": rfc3339(status.since),
+                                  "required": status.required}
+        if opened:
+            detail["opened"] = opened
+        target = self._mqtt_targets.get(name)
+        if target is not None:
+            detail["path"] = target.path
+        if status.detail:
+            detail["observed"] = _jsonable(status.detail)
+        return detail
+
+    def event(self, ev: Event) -> None:
+        """An event from a check or actor (``ctx.emit``) becomes one alert."""
+        if self._closed:
+            return
+        if ev.kind not in kinds.KINDS:
+            log.error("event kind %r is not in the alert kinds table "
+                      "(edgeheal.alerts.kinds.KINDS); not raised: %s", ev.kind, ev.message)
+            return
+        self.raise_alert(ev.kind, ev.message, _jsonable(ev.detail), correlation=ev.correlation)
+
+    async def _alert_test(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        count = args.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) \
+                or not 1 <= count <= MAX_TEST_ALERTS:
+            raise ValueError(f"count must be an integer from 1 to {MAX_TEST_ALERTS}, "
+                             f"got {count!r}")
+        ids = [self.raise_alert("agent.test", f"test alert {i} of {count} from {self.node}",
+                                {"index": i, "count": count}).id
+               for i in range(1, count + 1)]
+        return {"raised": count, "ids": ids, "outbox_depth": self.outbox.depth(),
+                "target": self.settings.target, "topic": self.alerts_topic}
+
+    # --- delivery ---------------------------------------------------------------------------
+
+    def will(self) -> tuple[str, bytes]:
+        """The will registered with each CONNECT: retained ``offline`` if we vanish."""
+        return self.status_topic, self._status_payload("offline", reason="connection_lost")
+
+    def _status_payload(self, state: str, checks: Mapping[str, str] | None = None,
+                        reason: str = "") -> bytes:
+        doc: dict[str, Any] = {"state": state, "time": rfc3339(self.wall()),
+                               "checks": dict(checks or {})}
+        if reason:
+            doc["reason"] = reason
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    async def serve(self) -> None:
+        """Own the MQTT link (if any) and drain the outbox in order; runs until cancelled."""
+        if self.link is None:
+            while True:
+                self._prune()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), PRUNE_EVERY)
+                self._wake.clear()
+        link = self.link
+        link.will = self.will
+        link.on_state = lambda _state: self._wake.set()
+        runner = asyncio.create_task(link.run(), name="edgeheal.alerts.link")
+        try:
+            await self._drain(link)
+        finally:
+            runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
+
+    async def _drain(self, link: Link) -> None:
+        while True:
+            await link.wait_up()
+            generation = link.generation
+            try:
+                self._status_sent = None  # the will may have replaced it: say it again
+                while link.connected and link.generation == generation:
+                    self._prune()
+                    if self._status_doc is not None and self._status_doc != self._status_sent:
+                        doc = self._status_doc
+                        await link.publish(self.status_topic, self._status_payload(
+                            doc["state"], doc["checks"]), retain=True)
+                        self._status_sent = doc
+                        continue
+                    entry = self.outbox.oldest()
+                    if entry is None:
+                        self._wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), PRUNE_EVERY)
+                        continue
+                    await link.publish(self.alerts_topic, entry.payload)
+                    self.outbox.delete(entry.seq)
+                    self.m_published.inc()
+                    self.m_depth.set(self.outbox.depth())
+                    log.debug("alert %s delivered (PUBACK)", entry.id,
+                              extra={"alert_id": entry.id, "kind": entry.kind})
+            except MqttError as err:
+                log.info("alert delivery paused (%s): %s; %d alert(s) wait in the outbox",
+                         err.reason, err, self.outbox.depth())
+                if link.connected and link.generation == generation:
+                    await asyncio.sleep(RETRY_AFTER_REJECT)  # rejected, not disconnected
+
+    async def close(self) -> None:
+        """Clean shutdown: retained ``offline`` status, DISCONNECT, clean-exit mark."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.link is not None:
+                final = (self.status_topic, self._status_payload("offline", reason="shutdown"))
+                await self.link.close(final, limit=1.0)
+        finally:
+            self._save_problems()
+            self.outbox.close()
+            (self.state_dir / RUNNING_MARKER).unlink(missing_ok=True)
+
+    def view(self) -> dict[str, Any]:
+        """For /status: delivery state at a glance."""
+        return {"target": self.settings.target,
+                "connected": bool(self.link and self.link.connected),
+                "outbox_depth": self.outbox.depth() if not self._closed else None,
+                "open_problems": {n: p.correlation for n, p in self._problems.items()}}
+
+
+def _dropped_message(total: int) -> str:
+    return (f"{total} undelivered alert(s) were dropped from the outbox (oldest first) "
+            "because a bound was hit")
+
+
+def _overall(snapshot: Snapshot) -> str:
+    state = snapshot.overall
+    if state is State.UNKNOWN:
+        return "degraded"  # nothing proved a fault; the per-check map says "unknown"
+    return str(state.value)
+
+
+def _jsonable(value: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(json.dumps(dict(value), default=str)))
+
+
+def _version() -> str:
+    from edgeheal import __version__  # noqa: PLC0415
+
+    return str(__version__)
+
+
+def build(ctx: Context) -> AlertEngine:
+    """The agent's entry point: the engine, with the shared link to ``[alerts] target``."""
+    link = None
+    name = ctx.config.alerts.target
+    if name:
+        from edgeheal.mqtt.link import shared  # noqa: PLC0415
+
+        target = next(t for t in ctx.config.mqtt.targets if t.name == name)
+        link = shared(ctx.registry, target, ctx.config.node)
+        link.max_delay = ctx.config.alerts.reconnect_max
+        link.clock = ctx.clock
+    return AlertEngine(ctx, link=link)
+

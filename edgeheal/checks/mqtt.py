@@ -1,0 +1,146 @@
+"""MQTT broker reachability, one check per ``[[mqtt.targets]]`` entry (check name = target).
+
+Why per path: in the field incident the host reached the cloud broker while the containers
+did not, because the container path runs through Flannel's WireGuard tunnel and the host
+path does not. A ``tunnel`` target and a ``direct`` target side by side turn that
+difference into a diagnosis (:mod:`edgeheal.paths`).
+
+Two ways of observing, both free of threads and subprocesses:
+
+- an ordinary target is probed every ``interval`` (default 60 s): one CONNECT answered by
+  CONNACK, then DISCONNECT (:func:`edgeheal.mqtt.probe`); with TLS the session is resumed
+  from the previous probe, which keeps the bytes per probe small;
+- the ``[alerts] target`` is never probed: its kept-open connection
+  (:class:`edgeheal.mqtt.link.Link`, owned by the alert engine) already proves or disproves
+  reachability with its keepalive, so the check only reads the link's state, at the
+  agent's ``check_interval`` (reading costs nothing on the wire).
+
+Reasons (closed table; every reason maps to one state):
+
+==================  =======  ===========================================================
+reason              state    meaning
+==================  =======  ===========================================================
+``ok``              ok       CONNACK received (probe), or the alert link is up
+``refused``         failed   the broker rejected us: credentials/authorization (config)
+``tls_error``       failed   TLS handshake failed (trust, name, not a TLS port)
+``timeout``         failed   no CONNACK / keepalive answer within the deadline
+``unreachable``     failed   refused, no route, unresolvable host, connection lost
+``protocol_error``  failed   the peer is not an MQTT broker
+``config_error``    failed   password_file or a TLS file cannot be read
+``connecting``      unknown  the alert link has not finished its first attempt
+==================  =======  ===========================================================
+
+Metrics: ``edgeheal_mqtt_up{target,path}`` (1/0) and ``edgeheal_mqtt_connect_seconds
+{target}`` (CONNECT -> CONNACK of the last successful connect).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from edgeheal.checks import Check, Context, register
+from edgeheal.model import CheckResult, State
+
+if TYPE_CHECKING:
+    from edgeheal.config import CheckSettings, MqttTarget
+    from edgeheal.mqtt import ProbeResult
+
+log = logging.getLogger(__name__)
+
+STATES = {"ok": State.OK, "refused": State.FAILED, "tls_error": State.FAILED,
+          "timeout": State.FAILED, "unreachable": State.FAILED,
+          "protocol_error": State.FAILED, "config_error": State.FAILED,
+          "connecting": State.UNKNOWN}
+"""The closed reason -> state table (see the module docstring)."""
+
+
+class _Metrics:
+    def __init__(self, ctx: Context) -> None:
+        from prometheus_client import Gauge  # noqa: PLC0415
+
+        self.up = Gauge("edgeheal_mqtt_up", "1 if the MQTT target answered its last probe "
+                        "(or its kept-open connection is up).", ["target", "path"],
+                        registry=ctx.registry)
+        self.connect_seconds = Gauge("edgeheal_mqtt_connect_seconds",
+                                     "CONNECT to CONNACK round trip of the last successful "
+                                     "connect, seconds.", ["target"], registry=ctx.registry)
+
+    def record(self, target: MqttTarget, up: bool, rtt: float | None) -> None:
+        self.up.labels(target=target.name, path=target.path).set(1 if up else 0)
+        if rtt is not None:
+            self.connect_seconds.labels(target=target.name).set(rtt)
+
+
+def _detail(target: MqttTarget) -> dict[str, Any]:
+    return {"host": target.host, "port": target.port, "path": target.path,
+            "protocol": target.protocol, "tls": target.tls}
+
+
+class MqttProbeCheck:
+    """Probes one target with a full CONNECT/CONNACK/DISCONNECT per run."""
+
+    def __init__(self, ctx: Context, target: MqttTarget, metrics: _Metrics) -> None:
+        self.name = target.name
+        self.settings: CheckSettings = target
+        self.ctx, self.target, self.metrics = ctx, target, metrics
+        self._tls_session: ssl.SSLSession | None = None
+
+    def _keep_session(self, session: ssl.SSLSession | None) -> None:
+        self._tls_session = session
+
+    async def run(self) -> CheckResult:
+        from edgeheal.mqtt.connection import probe  # noqa: PLC0415 - paho on demand
+
+        result: ProbeResult = await probe(self.target, self.ctx.config.node,
+                                          tls_session=self._tls_session,
+                                          on_session=self._keep_session)
+        if not result.ok:
+            self._tls_session = None
+        self.metrics.record(self.target, result.ok, result.rtt_seconds)
+        detail = _detail(self.target)
+        if result.rtt_seconds is not None:
+            detail["connect_seconds"] = round(result.rtt_seconds, 6)
+        return CheckResult(STATES[result.reason], result.reason, result.message, detail)
+
+
+class MqttLinkCheck:
+    """Reads the kept-open alert connection's state; never opens a connection itself."""
+
+    def __init__(self, ctx: Context, target: MqttTarget, metrics: _Metrics) -> None:
+        from edgeheal.mqtt.link import shared  # noqa: PLC0415
+
+        self.name = target.name
+        self.settings: CheckSettings = dataclasses.replace(
+            target, interval=ctx.config.agent.check_interval)
+        self.ctx, self.target, self.metrics = ctx, target, metrics
+        self.link = shared(ctx.registry, target, ctx.config.node)
+
+    async def run(self) -> CheckResult:
+        state = self.link.state
+        self.metrics.record(self.target, state.up, state.rtt_seconds if state.up else None)
+        detail = {**_detail(self.target), "kept_open": True, "connects": state.connects,
+                  "keepalive_seconds": self.target.keepalive}
+        if state.up and state.rtt_seconds is not None:
+            detail["connect_seconds"] = round(state.rtt_seconds, 6)
+        return CheckResult(STATES.get(state.reason, State.FAILED), state.reason,
+                           state.message, detail)
+
+
+def _factory(ctx: Context) -> list[Check]:
+    targets = ctx.config.mqtt.targets
+    if not targets:
+        return []
+    metrics = _Metrics(ctx)
+    checks: list[Check] = []
+    for target in targets:
+        if target.name == ctx.config.alerts.target:
+            checks.append(MqttLinkCheck(ctx, target, metrics))
+        else:
+            checks.append(MqttProbeCheck(ctx, target, metrics))
+    return checks
+
+
+register("mqtt", _factory, __doc__ or "")

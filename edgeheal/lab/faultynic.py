@@ -1,0 +1,173 @@
+"""The faulty-NIC emulator: the incident's 4G NIC, between an edge and the cloud.
+
+Runs in a *gateway* namespace (the carrier's NAT of a real 4G link) as a UDP relay for the
+WireGuard port: the edge's WireGuard peer endpoint for the cloud is the relay, and the
+relay forwards to the cloud's real endpoint. While the edge uplink's TX checksum offload is
+on, every WireGuard *handshake* message from the edge (first payload byte 1 = initiation,
+2 = response) is re-emitted towards the cloud from a raw socket with a wrong UDP checksum,
+so the cloud's kernel drops it and counts ``InCsumErrors`` — the incident's exact mechanism.
+Transport data and keepalives pass untouched, as they did in the field (the established
+session kept working until it had to rekey). With offload off, everything passes.
+
+Why a relay and not an nftables rule in the edge: on veth, a packet sent while TX offload is
+on reaches the peer as CHECKSUM_PARTIAL and is never verified, so ``udp checksum set`` in
+the edge has no effect exactly when offload is on. A datagram sent from a raw socket with a
+wrong checksum is verified and dropped by the receiving namespace (both verified on these
+machines).
+
+The edge uplink's offload state is read with the ``ETHTOOL_GTXCSUM`` ioctl on a socket
+created inside the edge namespace (:mod:`edgeheal.lab.nsutil`), every 200 ms. Events
+(corrupted handshakes, offload changes) go to a JSON-lines file for the lab's timeline.
+
+    python -m edgeheal.lab.faultynic --edge-ns NS --uplink IF --listen IP:PORT \
+        --upstream IP:PORT --source IP --events FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import fcntl
+import json
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+from edgeheal.lab.nsutil import inside
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GTXCSUM = 0x00000016
+HANDSHAKE_TYPES = (1, 2)
+BAD_CHECKSUM = 0xBEEF
+
+
+class OffloadProbe:
+    """Reads whether TX checksumming is on for ``ifname`` in namespace ``ns`` (cached)."""
+
+    def __init__(self, ns: str, ifname: str, ttl: float = 0.2) -> None:
+        with inside(ns):
+            self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.ifname, self.ttl = ifname, ttl
+        self._value: bool | None = None
+        self._at = -1e9
+
+    def on(self) -> bool | None:
+        now = time.monotonic()
+        if now - self._at >= self.ttl:
+            self._at, self._value = now, self._read()
+        return self._value
+
+    def _read(self) -> bool | None:
+        buf = array.array("B", struct.pack("II", ETHTOOL_GTXCSUM, 0))
+        addr, _ = buf.buffer_info()
+        ifreq = struct.pack("16sP", self.ifname.encode(), addr)
+        try:
+            fcntl.ioctl(self._sock.fileno(), SIOCETHTOOL, ifreq)
+        except OSError:
+            return None  # interface gone (modem re-enumerating): treat as unknown
+        return bool(struct.unpack("II", buf.tobytes())[1])
+
+
+def checksum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return int(~total & 0xFFFF)
+
+
+def ipv4_udp(src: str, sport: int, dst: str, dport: int, payload: bytes, *, udp_sum: int,
+             ) -> bytes:
+    """An IPv4+UDP packet with a given UDP checksum (the IP header checksum is correct)."""
+    udp = struct.pack("!HHHH", sport, dport, 8 + len(payload), udp_sum) + payload
+    total = 20 + len(udp)
+    header = struct.pack("!BBHHHBBH4s4s", 0x45, 0, total, 0, 0x4000, 64, socket.IPPROTO_UDP,
+                         0, socket.inet_aton(src), socket.inet_aton(dst))
+    header = header[:10] + struct.pack("!H", checksum(header)) + header[12:]
+    return header + udp
+
+
+def good_udp_checksum(src: str, dst: str, sport: int, dport: int, payload: bytes) -> int:
+    length = 8 + len(payload)
+    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack(
+        "!BBH", 0, socket.IPPROTO_UDP, length)
+    value = checksum(pseudo + struct.pack("!HHHH", sport, dport, length, 0) + payload)
+    return value or 0xFFFF
+
+
+def relay(args: argparse.Namespace) -> None:
+    probe = OffloadProbe(args.edge_ns, args.uplink)
+    lhost, lport = args.listen.rsplit(":", 1)
+    uhost, uport = args.upstream.rsplit(":", 1)
+    edge_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    edge_side.bind((lhost, int(lport)))
+    cloud_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    cloud_side.bind((args.source, int(lport)))
+    cloud_side.connect((uhost, int(uport)))
+    raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    events = Path(args.events).open("a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+    def emit(event: str, **detail: object) -> None:
+        events.write(json.dumps({"t": time.time(), "event": event, **detail}) + "\n")
+
+    stop = False
+
+    def on_term(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    sel = selectors.DefaultSelector()
+    sel.register(edge_side, selectors.EVENT_READ, "edge")
+    sel.register(cloud_side, selectors.EVENT_READ, "cloud")
+    edge_addr: tuple[str, int] | None = None
+    last_state: bool | None = None
+    emit("started", uplink=args.uplink)
+    while not stop:
+        state = probe.on()
+        if state != last_state:
+            emit("offload", on=state)
+            last_state = state
+        for key, _ in sel.select(timeout=0.2):
+            sock = edge_side if key.data == "edge" else cloud_side
+            try:
+                data, addr = sock.recvfrom(65535)
+            except OSError:
+                continue
+            if key.data == "cloud":
+                if edge_addr is not None:
+                    edge_side.sendto(data, edge_addr)
+                continue
+            edge_addr = addr
+            if data and data[0] in HANDSHAKE_TYPES and state:
+                src_port = cloud_side.getsockname()[1]
+                good = good_udp_checksum(args.source, uhost, src_port, int(uport), data)
+                bad = BAD_CHECKSUM if good != BAD_CHECKSUM else BAD_CHECKSUM ^ 1
+                raw.sendto(ipv4_udp(args.source, src_port, uhost, int(uport), data, udp_sum=bad),
+                           (uhost, 0))
+                emit("corrupted", type=data[0], bytes=len(data))
+            else:
+                cloud_side.send(data)
+    emit("stopped")
+    events.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--edge-ns", required=True)
+    parser.add_argument("--uplink", required=True, help="the edge's uplink interface")
+    parser.add_argument("--listen", required=True, help="IP:PORT facing the edge")
+    parser.add_argument("--upstream", required=True, help="the cloud's WireGuard IP:PORT")
+    parser.add_argument("--source", required=True, help="this gateway's IP facing the cloud")
+    parser.add_argument("--events", required=True, help="JSON-lines event file")
+    relay(parser.parse_args(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

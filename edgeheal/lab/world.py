@@ -1,0 +1,472 @@
+"""The lab's world: a cloud, N edge nodes behind 4G "carriers", and everything they run.
+
+Topology (each box is a network namespace the lab creates and always removes)::
+
+    edge i ──veth (uplink)── carrier i ──veth── cloud
+    10.60.i.2            10.60.i.1 | 10.61.i.2   10.61.i.1
+
+- **cloud**: Mosquitto on all addresses (the tunnel path reaches it as the cluster address
+  ``10.43.0.20``, the direct path as ``10.61.i.1``), the test Kubernetes API
+  (:mod:`edgeheal.lab.kubeapi`, in the lab's own process, listening in this namespace), the
+  cloud end of every edge's WireGuard tunnel (wireguard-go, overlay ``10.201.0.1``), and an
+  alert subscriber (``mosquitto_sub``) recording everything under ``edgeheal/#``.
+- **carrier i**: routes between edge and cloud, and runs the faulty-NIC emulator
+  (:mod:`edgeheal.lab.faultynic`) as the relay for the WireGuard port: while edge i's uplink
+  has TX checksum offload on, its handshake packets reach the cloud with bad checksums.
+- **edge i**: the uplink (a veth whose TX offload starts *on*), the tunnel device managed by
+  a stand-in Flannel that (re)creates it from the cluster's data whenever its pod is
+  (re)created in the test API, a stand-in collector publishing through the tunnel, and the
+  real agent (``edgeheal run``) with a real config file.
+
+Lab code: it runs ``ip``, ``nft``, ``wg``, ``ethtool`` and ``wireguard-go``; the agent never
+does. Names are unique per run; :meth:`World.close` removes everything, also after Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeheal.lab import nsutil
+from edgeheal.lab.mosquitto import Mosquitto
+from edgeheal.lab.netns import (
+    LabError,
+    Sandbox,
+    require_programs,
+    require_root,
+    run,
+    stop_process,
+    unique,
+)
+
+log = logging.getLogger(__name__)
+
+WG_PORT = 51820
+CLOUD_OVERLAY = "10.201.0.1"
+BROKER_CLUSTER_IP = "10.43.0.20"
+AGENT_PORT = 9917
+MQTT_PORT = 1883
+KEEPALIVE = 5
+"""Persistent keepalive in the lab, seconds. Shorter than the field's 20-25 s so scenarios
+finish in minutes; every threshold that matters derives from it."""
+FLANNEL_NS = "kube-flannel"
+AGENT_USER = "system:serviceaccount:kube-flannel:edgeheal"
+PROGRAMS = ("ip", "nft", "wg", "wireguard-go", "ethtool", "mosquitto", "mosquitto_sub",
+            "mosquitto_passwd")
+
+
+def keypair() -> tuple[str, str]:
+    private = run(["wg", "genkey"]).stdout.strip()
+    public = run(["wg", "pubkey"], input=private + "\n").stdout.strip()
+    return private, public
+
+
+@dataclass
+class Edge:
+    index: int
+    name: str
+    ns: str
+    carrier: str
+    uplink: str
+    wg_ifname: str
+    private_key: str = field(repr=False)
+    public_key: str
+    overlay: str
+    pod_cidr: str
+    workdir: Path
+    agent: Any = None
+    collector: Any = None
+    relay: Any = None
+    flannel_pod_uid: str = ""
+    device_builds: int = 0
+    wg_process: Any = None
+
+    @property
+    def edge_ip(self) -> str:
+        return f"10.60.{self.index}.2"
+
+    @property
+    def carrier_edge_ip(self) -> str:
+        return f"10.60.{self.index}.1"
+
+    @property
+    def carrier_cloud_ip(self) -> str:
+        return f"10.61.{self.index}.2"
+
+    @property
+    def cloud_ip(self) -> str:
+        """The cloud's address on this edge's link: the direct path's broker address."""
+        return f"10.61.{self.index}.1"
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "edgeheal.toml"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.workdir / "state"
+
+
+class World:
+    """Build with :meth:`build` (async), tear down with :meth:`close` (always)."""
+
+    def __init__(self, workdir: Path, *, edges: int = 1, agent: bool = True,
+                 offload_on_at_boot: bool = True) -> None:
+        if not 1 <= edges <= 50:
+            raise LabError("--edges must be between 1 and 50")
+        self.workdir = workdir
+        self.edge_count = edges
+        self.with_agent = agent
+        self.offload_on_at_boot = offload_on_at_boot
+        self.sandbox = Sandbox()
+        self.cloud = ""
+        self.cloud_wg = ""
+        self.cloud_private = ""
+        self.cloud_public = ""
+        self.edges: list[Edge] = []
+        self.broker: Mosquitto | None = None
+        self.kube: Any = None
+        self.alerts_path = workdir / "alerts.log"
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- building ------------------------------------------------------------------------
+
+    async def build(self) -> None:
+        require_root()
+        require_programs(*PROGRAMS)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.cloud = self.sandbox.netns("c")
+        run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=self.cloud)
+        run(["ip", "addr", "add", f"{BROKER_CLUSTER_IP}/32", "dev", "lo"], ns=self.cloud)
+        self.cloud_private, self.cloud_public = keypair()
+        self.cloud_wg = unique("wc")
+        for i in range(self.edge_count):
+            self.edges.append(self._build_edge(i))
+        self._start_cloud_wireguard()
+        self._start_broker()
+        await self._start_kube()
+        for edge in self.edges:
+            self._start_relay(edge)
+            self._build_device(edge)  # what Flannel does when its pod first starts
+            self._start_collector(edge)
+        self._tasks.append(asyncio.create_task(self._flannel_watch(), name="lab.flannel"))
+
+    def _build_edge(self, i: int) -> Edge:
+        ns, carrier = self.sandbox.netns(f"e{i}"), self.sandbox.netns(f"g{i}")
+        workdir = self.workdir / f"edge-{i}"
+        (workdir / "state").mkdir(parents=True, exist_ok=True)
+        private, public = keypair()
+        edge = Edge(index=i, name=f"edge-{i}", ns=ns, carrier=carrier, uplink=unique("u"),
+                    wg_ifname=unique("wg"), private_key=private, public_key=public,
+                    overlay=f"10.201.0.{10 + i}", pod_cidr=f"10.42.{10 + i}.0/24",
+                    workdir=workdir)
+        self.sandbox.veth(ns, carrier, addr_a=f"{edge.edge_ip}/24",
+                          addr_b=f"{edge.carrier_edge_ip}/24", name_a=edge.uplink)
+        self.sandbox.veth(carrier, self.cloud, addr_a=f"{edge.carrier_cloud_ip}/24",
+                          addr_b=f"{edge.cloud_ip}/24")
+        run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=carrier)
+        run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip], ns=ns)
+        run(["ip", "route", "add", "default", "via", edge.cloud_ip], ns=carrier)
+        run(["ip", "route", "add", f"10.60.{i}.0/24", "via", edge.carrier_cloud_ip],
+            ns=self.cloud)
+        # a 4G NIC ships with TX checksum offload on: that is the incident
+        state = "on" if self.offload_on_at_boot else "off"
+        run(["ethtool", "-K", edge.uplink, "tx", state], ns=ns)
+        return edge
+
+    def _start_cloud_wireguard(self) -> None:
+        sock = Path("/var/run/wireguard") / f"{self.cloud_wg}.sock"
+        self.sandbox.track(sock)
+        self.sandbox.spawn(["wireguard-go", "-f", self.cloud_wg], ns=self.cloud,
+                           log_path=self.workdir / "wg-cloud.log")
+        _wait(sock.exists, 10, "cloud wireguard-go socket")
+        run(["wg", "set", self.cloud_wg, "private-key", "/dev/stdin", "listen-port",
+             str(WG_PORT)], ns=self.cloud, input=self.cloud_private + "\n")
+        for edge in self.edges:
+            run(["wg", "set", self.cloud_wg, "peer", edge.public_key, "endpoint",
+                 f"{edge.carrier_cloud_ip}:{WG_PORT}", "allowed-ips",
+                 f"{edge.overlay}/32,{edge.pod_cidr}", "persistent-keepalive",
+                 str(KEEPALIVE)], ns=self.cloud)
+        run(["ip", "addr", "add", f"{CLOUD_OVERLAY}/24", "dev", self.cloud_wg], ns=self.cloud)
+        run(["ip", "link", "set", self.cloud_wg, "up"], ns=self.cloud)
+
+    def _start_broker(self) -> None:
+        self.broker = Mosquitto(self.sandbox, self.workdir, ns=self.cloud, host="0.0.0.0")
+        self.broker.start()
+        self.broker.subscribe("edgeheal/#", self.alerts_path)
+
+    async def _start_kube(self) -> None:
+        from edgeheal.lab.kubeapi import FakeKube  # noqa: PLC0415
+
+        self.kube = FakeKube(ready_delay=1.0, replace_delay=0.5)
+        for edge in self.edges:
+            self.kube.add_node(edge.name)
+        self.kube.add_daemonset(FLANNEL_NS, "kube-flannel-ds", {"app": "flannel"})
+        creds = self.kube.add_user(AGENT_USER, token=os.urandom(16).hex())
+        self.kube.allow_agent(AGENT_USER)
+        with nsutil.inside(self.cloud):  # the listening socket lives in the cloud
+            await self.kube.start(host="0.0.0.0")
+        self.kube_port = self.kube.port
+        for edge in self.edges:
+            self.kube.write_kubeconfig(edge.workdir / "kubeconfig", creds)
+            _retarget_kubeconfig(edge.workdir / "kubeconfig", edge.cloud_ip, self.kube_port)
+            edge.flannel_pod_uid = self.kube.pod_on(FLANNEL_NS, edge.name)["metadata"]["uid"]
+
+    def _start_relay(self, edge: Edge) -> None:
+        edge.relay = self.sandbox.spawn(
+            [sys.executable, "-m", "edgeheal.lab.faultynic", "--edge-ns", edge.ns,
+             "--uplink", edge.uplink, "--listen", f"{edge.carrier_edge_ip}:{WG_PORT}",
+             "--upstream", f"{edge.cloud_ip}:{WG_PORT}", "--source", edge.carrier_cloud_ip,
+             "--events", str(edge.workdir / "nic-events.jsonl")],
+            ns=edge.carrier, log_path=edge.workdir / "relay.log")
+
+    # --- the stand-in Flannel ------------------------------------------------------------
+
+    def _build_device(self, edge: Edge) -> None:
+        """(Re)create the edge's tunnel device from the cluster's data, as Flannel does."""
+        if edge.wg_process is not None:
+            stop_process(edge.wg_process)
+            if edge.wg_process in self.sandbox.processes:
+                self.sandbox.processes.remove(edge.wg_process)
+            run(["ip", "link", "del", edge.wg_ifname], ns=edge.ns, check=False)
+        sock = Path("/var/run/wireguard") / f"{edge.wg_ifname}.sock"
+        _wait(lambda: not sock.exists(), 5, "old wireguard-go socket removed")
+        self.sandbox.track(sock)
+        edge.wg_process = self.sandbox.spawn(
+            ["wireguard-go", "-f", edge.wg_ifname], ns=edge.ns,
+            log_path=edge.workdir / "wg.log")
+        _wait(sock.exists, 10, f"wireguard-go socket of {edge.name}")
+        run(["wg", "set", edge.wg_ifname, "private-key", "/dev/stdin", "listen-port",
+             str(WG_PORT)], ns=edge.ns, input=edge.private_key + "\n")
+        self.add_cloud_peer(edge)
+        for other in self.edges:  # the full mesh: every other edge is a peer too
+            if other is not edge:
+                run(["wg", "set", edge.wg_ifname, "peer", other.public_key, "endpoint",
+                     f"{other.edge_ip}:{WG_PORT}", "allowed-ips",
+                     f"{other.overlay}/32,{other.pod_cidr}", "persistent-keepalive",
+                     str(KEEPALIVE)], ns=edge.ns)
+        run(["ip", "addr", "add", f"{edge.overlay}/24", "dev", edge.wg_ifname], ns=edge.ns)
+        run(["ip", "link", "set", edge.wg_ifname, "up"], ns=edge.ns)
+        edge.device_builds += 1
+
+    def add_cloud_peer(self, edge: Edge) -> None:
+        run(["wg", "set", edge.wg_ifname, "peer", self.cloud_public, "endpoint",
+             f"{edge.carrier_edge_ip}:{WG_PORT}", "allowed-ips",
+             f"{CLOUD_OVERLAY}/32,10.42.0.0/24,10.43.0.0/16", "persistent-keepalive",
+             str(KEEPALIVE)], ns=edge.ns)
+
+    def remove_cloud_peer(self, edge: Edge) -> None:
+        """The stuck-Flannel fault: the device loses its cloud peer."""
+        run(["wg", "set", edge.wg_ifname, "peer", self.cloud_public, "remove"], ns=edge.ns)
+
+    async def _flannel_watch(self) -> None:
+        """Rebuild an edge's device whenever its Flannel pod is replaced (new uid)."""
+        while True:
+            for edge in self.edges:
+                try:
+                    pod = self.kube.pod_on(FLANNEL_NS, edge.name)
+                except (KeyError, LookupError):
+                    continue
+                uid = pod["metadata"]["uid"]
+                if uid != edge.flannel_pod_uid:
+                    edge.flannel_pod_uid = uid
+                    log.info("stand-in flannel on %s: new pod %s, rebuilding %s", edge.name,
+                             pod["metadata"]["name"], edge.wg_ifname)
+                    await asyncio.to_thread(self._build_device, edge)
+            await asyncio.sleep(0.3)
+
+    # --- collector and agent -------------------------------------------------------------
+
+    def _start_collector(self, edge: Edge) -> None:
+        edge.collector = self.sandbox.spawn(
+            [sys.executable, "-m", "edgeheal.lab.collector", "--host", BROKER_CLUSTER_IP,
+             "--port", str(MQTT_PORT), "--client-id", f"collector-{edge.name}",
+             "--stats", str(edge.workdir / "collector.json")],
+            ns=edge.ns, log_path=edge.workdir / "collector.log")
+
+    def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
+        return f"""\
+[agent]
+node_name = "{edge.name}"
+state_dir = "{edge.state_dir}"
+check_interval = "1s"
+
+[http]
+listen = ["127.0.0.1:{AGENT_PORT}"]
+
+[offload]
+interfaces = ["{edge.uplink}"]
+interval = "30s"
+fail_after = 1
+recover_after = 1
+
+[wireguard]
+interfaces = ["{edge.wg_ifname}"]
+connect_grace = "20s"
+interval = "1s"
+
+[[mqtt.targets]]
+name = "broker-tunnel"
+host = "{BROKER_CLUSTER_IP}"
+port = {MQTT_PORT}
+path = "tunnel"
+interval = "5s"
+timeout = "3s"
+required = true
+
+[[mqtt.targets]]
+name = "broker-direct"
+host = "{edge.cloud_ip}"
+port = {MQTT_PORT}
+path = "direct"
+interval = "5s"
+timeout = "3s"
+
+[alerts]
+target = "broker-direct"
+reminder_interval = "60s"
+
+[kubernetes]
+kubeconfig = "{edge.workdir / 'kubeconfig'}"
+
+[remediation]
+mode = "{remediation}"
+cooldown = "20s"
+max_per_hour = 3
+startup_grace = "10s"
+verify_timeout = "30s"
+{extra}"""
+
+    def start_agent(self, edge: Edge, **kw: Any) -> None:
+        edge.config_path.write_text(self.agent_config(edge, **kw))
+        edge.agent = self.sandbox.spawn(
+            [sys.executable, "-m", "edgeheal", "run", "--config", str(edge.config_path)],
+            ns=edge.ns, log_path=edge.workdir / "agent.log",
+            env={**os.environ, "EDGEHEAL_LOG_LEVEL": "info"})
+
+    def kill_agent(self, edge: Edge) -> None:
+        if edge.agent is not None and edge.agent.poll() is None:
+            edge.agent.send_signal(signal.SIGKILL)
+            edge.agent.wait(5)
+
+    def status(self, edge: Edge) -> dict[str, Any] | None:
+        try:
+            code, doc = nsutil.get_json(edge.ns, "127.0.0.1", AGENT_PORT, "/status", 2.0)
+        except OSError:
+            return None
+        return doc if code == 200 and isinstance(doc, dict) else None
+
+    def collector_stats(self, edge: Edge) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((edge.workdir / "collector.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    # --- faults --------------------------------------------------------------------------
+
+    def set_uplink_offload(self, edge: Edge, on: bool) -> None:
+        run(["ethtool", "-K", edge.uplink, "tx", "on" if on else "off"], ns=edge.ns)
+
+    def recreate_uplink(self, edge: Edge) -> None:
+        """The modem re-enumerates: the uplink is deleted and comes back, offload on."""
+        run(["ip", "link", "del", edge.uplink], ns=edge.ns)
+        self.sandbox.veth(edge.ns, edge.carrier, addr_a=f"{edge.edge_ip}/24",
+                          addr_b=f"{edge.carrier_edge_ip}/24", name_a=edge.uplink)
+        run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
+        run(["ethtool", "-K", edge.uplink, "tx", "on"], ns=edge.ns)
+
+    def uplink_down(self, edge: Edge, down: bool) -> None:
+        """Drop everything on the edge's uplink (in the carrier), or lift that."""
+        if down:
+            self.sandbox.nft(edge.carrier, "table inet lab_outage {\n"
+                             " chain fwd { type filter hook forward priority -10; drop; }\n"
+                             " chain inp { type filter hook input priority -10; drop; }\n}\n")
+        else:
+            run(["nft", "delete", "table", "inet", "lab_outage"], ns=edge.carrier,
+                check=False)
+
+    def loss(self, edge: Edge, percent: int | None) -> None:
+        """Random loss on the tunnel's UDP through the carrier (None lifts it)."""
+        if percent is None:
+            run(["nft", "delete", "table", "inet", "lab_loss"], ns=edge.carrier, check=False)
+            return
+        self.sandbox.nft(edge.carrier, "table inet lab_loss {\n chain inp {\n"
+                         "  type filter hook input priority -10;\n"
+                         f"  udp dport {WG_PORT} numgen random mod 100 < {percent} drop\n"
+                         f"  udp sport {WG_PORT} numgen random mod 100 < {percent} drop\n"
+                         " }\n}\n")
+
+    def power_off(self, edge: Edge) -> None:
+        """A neighbour that is switched off: its agent, collector and tunnel stop."""
+        for proc in (edge.agent, edge.collector, edge.wg_process):
+            if proc is not None:
+                stop_process(proc)
+        run(["ip", "link", "set", edge.uplink, "down"], ns=edge.ns, check=False)
+
+    def cloud_in_csum_errors(self) -> int:
+        text = run(["cat", "/proc/net/snmp"], ns=self.cloud).stdout
+        rows = [ln.split() for ln in text.splitlines() if ln.startswith("Udp:")]
+        return int(rows[1][rows[0].index("InCsumErrors")])
+
+    def nic_events(self, edge: Edge) -> list[dict[str, Any]]:
+        path = edge.workdir / "nic-events.jsonl"
+        try:
+            return [json.loads(line) for line in path.read_text().splitlines() if line]
+        except (OSError, ValueError):
+            return []
+
+    def alerts(self) -> list[dict[str, Any]]:
+        out = []
+        try:
+            lines = self.alerts_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        for line in lines:
+            topic, _, payload = line.partition(" ")
+            if not topic.endswith("/alerts"):
+                continue
+            try:
+                out.append(json.loads(payload))
+            except ValueError:
+                continue
+        return out
+
+    # --- teardown ------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.kube is not None:
+            try:
+                await asyncio.wait_for(self.kube.close(), 5)
+            except (TimeoutError, OSError) as err:
+                log.warning("closing the test API server: %s", err)
+        await asyncio.to_thread(self.sandbox.close)
+
+
+def _wait(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _retarget_kubeconfig(path: Path, host: str, port: int) -> None:
+    """Point the kubeconfig at the cloud address the edge reaches the API on."""
+    text = path.read_text()
+    import re  # noqa: PLC0415
+
+    text = re.sub(r"server: https://[^\s]+", f"server: https://{host}:{port}", text)
+    path.write_text(text)

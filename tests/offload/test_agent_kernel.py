@@ -1,0 +1,106 @@
+"""The whole agent (`python -m edgeheal run`) inside a namespace: the offload enforcer
+corrects a re-created interface and a manual change on the link events, long before the
+(one hour) recheck, and /metrics counts both with cause ``link_event``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import re
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.offload.conftest import Lab
+from tests.offload.helpers import set_feature
+
+pytestmark = [pytest.mark.netns, pytest.mark.slow]
+
+DEADLINE = 20.0
+PORT = 9917  # inside the test's own fresh namespace, so no other test can hold it
+
+
+def _enter(ns: str) -> None:
+    from pyroute2 import netns  # noqa: PLC0415
+
+    netns.setns(ns, flags=0, fork=False)  # this worker thread only
+
+
+@pytest.fixture
+def in_ns(lab: Lab) -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    """A worker thread living in the lab namespace, to reach the agent's loopback."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, initializer=_enter, initargs=(lab.ns,))
+    yield pool
+    pool.shutdown(wait=True)
+
+
+def _get(path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{PORT}{path}", timeout=2) as resp:
+        body: bytes = resp.read()
+    return body.decode()
+
+
+def _sample(metrics: str, name: str, **labels: str) -> float | None:
+    for line in metrics.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
+        if m and all(f'{k}="{v}"' in m.group(1) for k, v in labels.items()):
+            return float(m.group(2))
+    return None
+
+
+async def test_the_agent_corrects_link_events_without_waiting_for_the_recheck(
+        lab: Lab, in_ns: concurrent.futures.ThreadPoolExecutor, tmp_path: Path) -> None:
+    lab.veth("wwan0", "peer0")
+    config = tmp_path / "edgeheal.toml"
+    config.write_text(f"""
+[agent]
+state_dir = "{tmp_path}/state"
+node_name = "edge-offload"
+[http]
+listen = ["127.0.0.1:{PORT}"]
+[wireguard]
+enabled = false
+[offload]
+interfaces = ["wwan*"]
+interval = "1h"
+""", encoding="utf-8")
+    log = tmp_path / "agent.log"
+    agent = lab.sandbox.spawn([sys.executable, "-m", "edgeheal", "run", "--config", str(config)],
+                              ns=lab.ns, log_path=log)
+    loop = asyncio.get_running_loop()
+
+    async def until(what: str, predicate: Callable[[str], bool]) -> str:
+        began = time.monotonic()
+        while time.monotonic() - began < DEADLINE:
+            assert agent.poll() is None, log.read_text()
+            try:
+                metrics = await loop.run_in_executor(in_ns, _get, "/metrics")
+            except OSError:
+                metrics = ""
+            if metrics and predicate(metrics):
+                return metrics
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"not within {DEADLINE}s: {what}\n{log.read_text()}")
+
+    def count(cause: str) -> Callable[[str], float | None]:
+        return lambda m: _sample(m, "edgeheal_offload_corrections_total",
+                                 interface="wwan0", cause=cause)
+
+    await until("boot correction", lambda m: count("boot")(m) == 1)
+    await asyncio.to_thread(lab.delete, "wwan0")
+    await asyncio.to_thread(lab.veth, "wwan0", "peer0", expect_on=False)
+    await until("re-created interface corrected", lambda m: count("link_event")(m) == 1)
+    assert lab.checksums("wwan0")["tx-checksum-ip-generic"] == (False, False)
+
+    await asyncio.to_thread(set_feature, lab.ns, "wwan0", "tx-checksum-ip-generic", "on")
+    metrics = await until("manual change corrected", lambda m: count("link_event")(m) == 2)
+    assert lab.checksums("wwan0")["tx-checksum-ip-generic"] == (False, False)
+    assert count("recheck")(metrics) is None
+    assert _sample(metrics, "edgeheal_offload_feature_enabled", interface="wwan0",
+                   feature="tx-checksum-ip-generic") == 0
+    text = log.read_text()
+    assert "event offload.drift_corrected" in text

@@ -1,0 +1,325 @@
+"""The pure remediation policy: every rung and every safeguard, table-driven, injected time.
+
+Each scenario runs in both remedy modes (``pod`` and ``k3s-service``): the policy must not
+care how Flannel is restarted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeheal import policy
+from edgeheal.config import RemediationSettings
+from edgeheal.model import State
+from edgeheal.policy import History, Record, Timeline, TunnelView, decide
+
+OK, DEG, UNK, FAIL = State.OK, State.DEGRADED, State.UNKNOWN, State.FAILED
+SETTINGS = RemediationSettings(cooldown=120.0, max_per_hour=3, startup_grace=60.0,
+                               give_up_after=3, verify_timeout=60.0)
+MODES = ("pod", "k3s-service")
+
+
+def view(mode: str, *, wg: State | None = FAIL, reason: str = "stalled",
+         tunnel: dict[str, State] | None = None, direct: dict[str, State] | None = None,
+         offload: State | None = OK, started: float = 0.0, booted: float = -10_000.0,
+         ) -> TunnelView:
+    return TunnelView(mode=mode, wireguard=wg, wireguard_reason=reason,
+                      tunnel_mqtt={"broker-tunnel": OK} if tunnel is None else tunnel,
+                      direct_mqtt={"broker-direct": OK} if direct is None else direct,
+                      offload=offload, offload_reason="all_off" if offload else "",
+                      started_mono=started, booted_mono=booted)
+
+
+def restart_at(mono: float | None, result: str = "not_recovered") -> Record:
+    return Record(mono=mono, wall="2026-01-01T00:00:00.000Z", mode="pod", reason="x",
+                  result=result, duration=5.0)
+
+
+def history(*records: Record, **kw: Any) -> History:
+    return History(records=records, **kw)
+
+
+# (id, view overrides, history, now, settings overrides, expected [(kind, reason)])
+CASES: list[tuple[str, dict[str, Any], History, float, dict[str, Any],
+                  list[tuple[str, str]]]] = [
+    ("a healthy tunnel needs nothing", {"wg": OK, "reason": "ok"}, History(), 1000, {}, []),
+    ("a healthy tunnel closes an open circuit", {"wg": OK, "reason": "ok"},
+     History(circuit_open=True, failures_in_row=3), 1000, {},
+     [("close_circuit", "tunnel_healthy")]),
+    ("a healthy tunnel clears a streak of uncured restarts", {"wg": OK, "reason": "ok"},
+     History(failures_in_row=1), 1000, {}, [("close_circuit", "tunnel_healthy")]),
+    ("a degraded tunnel is watched, never restarted", {"wg": DEG, "reason": "rekey_failing"},
+     History(), 1000, {}, [("watch", "rekey_failing")]),
+    ("a stalled tunnel is restarted", {}, History(), 1000, {},
+     [("restart", "wireguard_stalled")]),
+    ("a dead tunnel is restarted", {"reason": "dead"}, History(), 1000, {},
+     [("restart", "wireguard_dead")]),
+    ("a never-connected tunnel is restarted", {"reason": "never_connected"}, History(), 1000,
+     {}, [("restart", "wireguard_never_connected")]),
+    ("an unknown tunnel is no evidence", {"wg": UNK, "reason": "check_timeout"}, History(),
+     1000, {}, []),
+    ("a failed state with another reason is not a restart rung",
+     {"reason": "permission_denied"}, History(), 1000, {}, []),
+    ("the tunnel-path broker failing while the direct path works restarts",
+     {"wg": OK, "reason": "ok", "tunnel": {"broker-tunnel": FAIL}}, History(), 1000, {},
+     [("restart", "tunnel_mqtt_failed")]),
+    ("the tunnel-path broker failing without a direct target to compare is no evidence",
+     {"wg": OK, "reason": "ok", "tunnel": {"broker-tunnel": FAIL}, "direct": {}},
+     History(), 1000, {}, []),
+    ("the direct path failing too means an uplink outage: skip",
+     {"direct": {"broker-direct": FAIL}}, History(), 1000, {},
+     [("skip", "direct_path_down")]),
+    ("the direct path unknown counts as failing: skip",
+     {"direct": {"broker-direct": UNK}}, History(), 1000, {},
+     [("skip", "direct_path_down")]),
+    ("both brokers failing with wireguard ok is an outage, not a tunnel fault",
+     {"wg": OK, "reason": "ok", "tunnel": {"broker-tunnel": FAIL},
+      "direct": {"broker-direct": FAIL}}, History(), 1000, {}, []),
+    ("within startup grace of the agent: skip", {"started": 950.0}, History(), 1000, {},
+     [("skip", "startup_grace")]),
+    ("within startup grace of the node's boot: skip", {"booted": 990.0}, History(), 1000,
+     {}, [("skip", "startup_grace")]),
+    ("just after startup grace: restart", {"started": 940.0}, History(), 1000, {},
+     [("restart", "wireguard_stalled")]),
+    ("within cooldown of the last restart: skip", {}, history(restart_at(900.0)), 1000, {},
+     [("skip", "cooldown")]),
+    ("after cooldown: restart", {}, history(restart_at(880.0)), 1000, {},
+     [("restart", "wireguard_stalled")]),
+    ("max_per_hour restarts in the sliding hour: skip", {},
+     history(restart_at(1000.0), restart_at(2000.0), restart_at(3000.0)), 4000, {},
+     [("skip", "budget_exhausted")]),
+    ("the oldest restart leaving the hour frees the budget", {},
+     history(restart_at(1000.0), restart_at(2000.0), restart_at(3000.0)), 4600, {},
+     [("restart", "wireguard_stalled")]),
+    ("earlier-boot restarts do not count for cooldown or budget", {},
+     history(restart_at(None), restart_at(None), restart_at(None)), 1000, {},
+     [("restart", "wireguard_stalled")]),
+    ("give_up_after uncured restarts open the circuit", {}, History(failures_in_row=3),
+     1000, {}, [("open_circuit", "wireguard_stalled")]),
+    ("an open circuit skips", {}, History(circuit_open=True, failures_in_row=3), 1000, {},
+     [("skip", "circuit_open")]),
+    ("a pause skips", {}, History(paused_until=2000.0), 1000, {}, [("skip", "paused")]),
+    ("an indefinite pause skips", {}, History(paused_until=math.inf), 1000, {},
+     [("skip", "paused")]),
+    ("an expired pause does not", {}, History(paused_until=999.0), 1000, {},
+     [("restart", "wireguard_stalled")]),
+    ("a pause wins over an open circuit", {}, History(paused_until=2000.0,
+                                                      circuit_open=True), 1000, {},
+     [("skip", "paused")]),
+    ("the direct path is checked before the time gates", {"direct": {"d": FAIL},
+                                                          "started": 999.0},
+     History(), 1000, {}, [("skip", "direct_path_down")]),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_the_policy_decides(mode: str, case: tuple[Any, ...]) -> None:
+    _, overrides, hist, now, settings, expected = case
+    actions = decide(view(mode, **overrides), hist, now, replace(SETTINGS, **settings))
+    assert [(a.kind, a.reason) for a in actions] == expected
+    assert all(a.message for a in actions)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_degraded_tunnel_records_that_offload_was_checked(mode: str) -> None:
+    (action,) = decide(view(mode, wg=DEG, reason="rekey_failing", offload=FAIL), History(),
+                       1000, SETTINGS)
+    assert "offload failed" in action.message
+
+
+def test_mode_none_never_restarts_and_says_why() -> None:
+    (action,) = decide(view("none"), History(), 1000, SETTINGS)
+    assert (action.kind, action.reason) == ("skip", "mode_none")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_dry_run_marks_the_restart_and_does_not_feed_the_circuit(mode: str) -> None:
+    (action,) = decide(view(mode), History(), 1000, replace(SETTINGS, dry_run=True))
+    assert action.kind == "restart"
+    assert action.dry_run
+    assert "would restart" in action.message
+    after = History().with_record(restart_at(1000.0, "dry_run"))
+    assert after.failures_in_row == 0
+    # ...but it holds the cooldown, so it says what it would do at the real pace
+    (next_action,) = decide(view(mode), after, 1010, replace(SETTINGS, dry_run=True))
+    assert (next_action.kind, next_action.reason) == ("skip", "cooldown")
+
+
+def test_a_cured_restart_clears_the_streak_and_failures_build_it() -> None:
+    h = History()
+    for result, expected in (("not_recovered", 1), ("failed", 2), ("config_problem", 3),
+                             ("recovered", 0)):
+        h = h.with_record(restart_at(1.0, result))
+        assert h.failures_in_row == expected
+
+
+def test_the_history_keeps_only_the_newest_records() -> None:
+    h = History()
+    for i in range(policy.KEEP + 10):
+        h = h.with_record(restart_at(float(i)))
+    assert len(h.records) == policy.KEEP
+    assert h.records[-1].mono == float(policy.KEEP + 9)
+
+
+# --- scenarios over time (numbered like NPD's transition tables) ---------------------------
+
+def run_scenario(mode: str, *, until: float, cured_by_restart: bool,
+                 settings: RemediationSettings = SETTINGS, start: float = 0.0,
+                 hist: History | None = None, step: float = 1.0,
+                 ) -> tuple[list[float], History, list[str]]:
+    """Drive the policy each second; a restart takes 10 s and cures or not."""
+    h = hist or History()
+    now, cured, restarts, log = start, False, [], []
+    while now < until:
+        v = view(mode, started=start) if not cured else view(mode, wg=OK, reason="ok",
+                                                             started=start)
+        for action in decide(v, h, now, settings):
+            log.append(f"{now:.0f} {action.kind} {action.reason}")
+            if action.kind == "restart":
+                restarts.append(now)
+                cured = cured_by_restart
+                h = h.with_record(restart_at(now, "recovered" if cured else "not_recovered"))
+                now += 10.0
+            elif action.kind == "open_circuit":
+                h = h.opened()
+            elif action.kind == "close_circuit":
+                h = h.closed()
+        now += step
+    return restarts, h, log
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_1_a_fault_a_restart_cures_gets_exactly_one_restart(mode: str) -> None:
+    restarts, h, _ = run_scenario(mode, until=3000, cured_by_restart=True)
+    assert restarts == [60.0]  # right after startup grace
+    assert h.failures_in_row == 0
+    assert not h.circuit_open
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_2_an_incurable_fault_restarts_up_to_give_up_after_then_opens_the_circuit(
+        mode: str) -> None:
+    restarts, h, log = run_scenario(mode, until=7200, cured_by_restart=False)
+    assert len(restarts) == SETTINGS.give_up_after
+    assert all(b - a >= SETTINGS.cooldown for a, b in itertools.pairwise(restarts))
+    assert h.circuit_open
+    assert sum("open_circuit" in line for line in log) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_3_the_budget_caps_restarts_per_sliding_hour(mode: str) -> None:
+    settings = replace(SETTINGS, give_up_after=100, cooldown=30.0)
+    restarts, _, _ = run_scenario(mode, until=3 * 3600, cured_by_restart=False,
+                                  settings=settings)
+    for t in restarts:
+        window = [r for r in restarts if t - 3600 < r <= t]
+        assert len(window) <= settings.max_per_hour
+    assert len(restarts) >= 3 * settings.max_per_hour - 1  # the budget refills
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_4_the_circuit_closes_when_the_tunnel_is_healthy_again(mode: str) -> None:
+    h = History(circuit_open=True, failures_in_row=3)
+    actions = decide(view(mode, wg=OK, reason="ok"), h, 5000, SETTINGS)
+    assert [a.kind for a in actions] == ["close_circuit"]
+    h = h.closed()
+    assert not h.circuit_open
+    assert h.failures_in_row == 0
+    # and a later fault is acted on again
+    assert decide(view(mode), h, 5000, SETTINGS)[0].kind == "restart"
+
+
+# --- persistence, restarts of the agent, clock steps --------------------------------------
+
+def test_the_history_round_trips_through_the_state_file(tmp_path: Path) -> None:
+    tl = Timeline(boot_id="boot-a", offset=500.0)
+    h = History(records=(restart_at(100.0), restart_at(300.0, "recovered")),
+                failures_in_row=2, circuit_open=True, paused_until=900.0)
+    policy.save(tmp_path / "h.json", h, tl)
+    assert policy.load(tmp_path / "h.json", tl) == h
+    assert not list(tmp_path.glob(".h.json.*"))  # the temp file was renamed, not left
+
+
+def test_a_missing_state_file_is_an_empty_history(tmp_path: Path) -> None:
+    assert policy.load(tmp_path / "none.json", Timeline("b", 0.0)) == History()
+
+
+def test_a_corrupt_state_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "h.json"
+    path.write_text("{not json")
+    with pytest.raises(policy.HistoryError, match="cannot read remediation history"):
+        policy.load(path, Timeline("b", 0.0))
+    path.write_text(json.dumps({"version": 1}))
+    with pytest.raises(policy.HistoryError, match="malformed"):
+        policy.load(path, Timeline("b", 0.0))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_agent_killed_and_restarted_in_a_loop_cannot_exceed_the_budget(
+        tmp_path: Path, mode: str) -> None:
+    """Each incarnation starts on a new monotonic offset (a new process on the same boot),
+    waits out its startup grace, restarts Flannel once and is killed. The budget holds."""
+    settings = replace(SETTINGS, give_up_after=100, startup_grace=5.0, cooldown=10.0)
+    path = tmp_path / "h.json"
+    boottime = 1000.0
+    restarts_at_boottime: list[float] = []
+    for incarnation in range(20):
+        tl = Timeline(boot_id="boot-a", offset=boottime - 7.0 * incarnation)  # mono differs
+        mono = boottime - tl.offset
+        started = mono
+        h = policy.load(path, tl)
+        for _ in range(30):  # 30 s of this incarnation's life, then kill -9
+            actions = decide(view(mode, started=started), h, mono, settings)
+            if actions[0].kind == "restart":
+                restarts_at_boottime.append(tl.to_boot(mono))
+                h = h.with_record(restart_at(mono))
+                policy.save(path, h, tl)
+            mono += 1.0
+        boottime = tl.to_boot(mono) + 1.0
+    assert boottime - 1000.0 < 3600  # all of it within one hour
+    assert len(restarts_at_boottime) == settings.max_per_hour
+
+
+def test_a_wall_clock_step_changes_nothing(tmp_path: Path) -> None:
+    """Records carry wall time for humans only; the windows use boottime."""
+    tl = Timeline(boot_id="boot-a", offset=0.0)
+    h = History(records=(Record(mono=1000.0, wall="1970-01-01T00:00:00.000Z", mode="pod",
+                                reason="x", result="not_recovered", duration=1.0),))
+    policy.save(tmp_path / "h.json", h, tl)
+    raw = json.loads((tmp_path / "h.json").read_text())
+    raw["records"][0]["wall"] = "2099-12-31T00:00:00.000Z"  # the clock jumped ahead
+    (tmp_path / "h.json").write_text(json.dumps(raw))
+    loaded = policy.load(tmp_path / "h.json", Timeline(boot_id="boot-a", offset=-50.0))
+    assert loaded.records[0].mono == 1050.0  # same instant on the new process's timeline
+    (action,) = decide(view("pod"), loaded, 1100.0, SETTINGS)
+    assert (action.kind, action.reason) == ("skip", "cooldown")
+
+
+def test_a_new_boot_keeps_the_circuit_but_not_the_time_windows(tmp_path: Path) -> None:
+    old = Timeline(boot_id="boot-a", offset=0.0)
+    h = History(records=(restart_at(100.0), restart_at(200.0), restart_at(300.0)),
+                failures_in_row=3, circuit_open=True, paused_until=400.0)
+    policy.save(tmp_path / "h.json", h, old)
+    new = policy.load(tmp_path / "h.json", Timeline(boot_id="boot-b", offset=0.0))
+    assert [r.mono for r in new.records] == [None, None, None]
+    assert new.circuit_open
+    assert new.failures_in_row == 3
+    assert new.paused_until is None  # a timed pause ends with the boot
+    assert policy.budget_left(new, 10.0, SETTINGS) == SETTINGS.max_per_hour
+    # right after the boot, startup grace holds anyway
+    fresh = replace(new, circuit_open=False, failures_in_row=0)
+    (action,) = decide(view("pod", booted=0.0, started=5.0), fresh, 10.0, SETTINGS)
+    assert action.reason == "startup_grace"
+
+
+def test_an_indefinite_pause_survives_a_reboot(tmp_path: Path) -> None:
+    policy.save(tmp_path / "h.json", History(paused_until=math.inf), Timeline("a", 0.0))
+    assert policy.load(tmp_path / "h.json", Timeline("b", 0.0)).paused_until == math.inf
