@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -80,10 +80,10 @@ class LinkListener:
             ipr, self._ipr = self._ipr, None
             ipr.close()
 
-    def __aiter__(self) -> AsyncIterator[LinkEvent]:
+    def __aiter__(self) -> AsyncGenerator[LinkEvent, None]:
         return self._events()
 
-    async def _events(self) -> AsyncIterator[LinkEvent]:
+    async def _events(self) -> AsyncGenerator[LinkEvent, None]:
         if self._ipr is None:
             raise LinkListenerError("the link listener is not open")
         while self._ipr is not None:
@@ -97,8 +97,6 @@ class LinkListener:
                             continue
                         yield LinkEvent(event, msg.get_attr("IFLA_IFNAME") or "",
                                         int(msg["index"]))
-            except LinkListenerError:
-                raise
             except Exception as err:
                 if self._ipr is None:  # closed while waiting
                     return

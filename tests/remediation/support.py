@@ -18,7 +18,19 @@ from edgeheal.remedies import Availability, Outcome, RemedyError
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def make_config(tmp_path: Path, extra: str = "", *, kube: str = "") -> cfg.Config:
+NO_KUBE_SIDE = """
+[kubernetes]
+kubeconfig = "/nonexistent/kubeconfig"
+events = false
+node_condition = false
+"""
+
+
+def make_config(tmp_path: Path, extra: str = "", *, kube: str = NO_KUBE_SIDE) -> cfg.Config:
+    defaults = {"startup_grace": '"0s"', "cooldown": '"1s"', "verify_timeout": '"5s"'}
+    given = {line.split("=")[0].strip() for line in extra.splitlines() if "=" in line}
+    extra = "\n".join([f"{k} = {v}" for k, v in defaults.items() if k not in given]
+                      + [extra])
     text = f"""
 [agent]
 node_name = "edge-1"
@@ -37,9 +49,6 @@ path = "direct"
 {kube}
 
 [remediation]
-startup_grace = "0s"
-cooldown = "1s"
-verify_timeout = "5s"
 {extra}
 """
     return cfg.loads(text)

@@ -1,0 +1,232 @@
+"""The remediation actor: runs the policy, the remedy, verification, persistence, events,
+metrics, /status and the control commands. Remedies are scripted here (the real ones are
+tested against the test API server and a real D-Bus); time is injected."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeheal import remediation
+from edgeheal.model import State
+from edgeheal.remedies import RemedyError
+from edgeheal.remediation import Remediator
+from tests.remediation.support import Clock, ScriptedRemedy, World, make_config, snapshot
+
+MODES = ("pod", "k3s-service")
+
+
+def remediator(world: World, remedies: dict[str, ScriptedRemedy], **kw: object) -> Remediator:
+    return Remediator(world.ctx, remedy_factory=remedies.get, boot_clock=lambda: 5000.0,
+                      boot="boot-a", tick=0.001, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def test_a_failed_tunnel_is_restarted_once_and_recovery_verified(
+        tmp_path: Path, mode: str) -> None:
+    world = World(make_config(tmp_path, f'mode = "{mode}"'), Clock(step=0.01))
+    remedy = ScriptedRemedy(mode)
+    remedy.on_restart = world.recover_after_restart
+    rem = remediator(world, {mode: remedy})
+    await rem.resolve()
+    assert rem.mode == mode
+    actions = await rem.evaluate(world.snap)
+    assert [a.kind for a in actions] == ["restart"]
+    assert remedy.calls == 1
+    assert world.kinds() == ["remediation.restarted", "remediation.recovered"]
+    assert world.metric("restart", "recovered") == 1.0
+    view = rem.view()
+    assert view["mode"] == mode
+    assert view["circuit"] == "closed"
+    assert view["budget_left"] == 2
+    (entry,) = view["actions"]
+    assert (entry["action"], entry["mode"], entry["result"]) == ("restart", mode, "recovered")
+    assert entry["reason"] == "wireguard_stalled"
+    assert entry["duration_seconds"] >= 0
+    saved = json.loads((tmp_path / "state" / "remediation-history.json").read_text())
+    assert saved["records"][0]["result"] == "recovered"
+    assert saved["boot_id"] == "boot-a"
+
+
+async def test_a_restart_that_does_not_cure_is_reported_failed(tmp_path: Path,
+                                                               mode: str) -> None:
+    world = World(make_config(tmp_path, f'mode = "{mode}"'), Clock(step=0.05))
+    remedy = ScriptedRemedy(mode)
+    rem = remediator(world, {mode: remedy})
+    await rem.resolve()
+    await rem.evaluate(world.snap)
+    assert world.kinds() == ["remediation.restarted", "remediation.failed"]
+    assert "did not recover within 5s" in world.events[-1].message
+    assert rem.history.failures_in_row == 1
+    assert world.metric("restart", "not_recovered") == 1.0
+
+
+async def test_a_permission_problem_is_a_config_problem_result(tmp_path: Path,
+                                                                mode: str) -> None:
+    world = World(make_config(tmp_path, f'mode = "{mode}"'), Clock(step=0.01))
+    remedy = ScriptedRemedy(mode, error=RemedyError("forbidden: delete pods",
+                                                    config_problem=True))
+    rem = remediator(world, {mode: remedy})
+    await rem.resolve()
+    await rem.evaluate(world.snap)
+    assert world.kinds() == ["remediation.failed"]
+    assert world.events[0].detail["result"] == "config_problem"
+    assert rem.view()["actions"][0]["result"] == "config_problem"
+
+
+async def test_the_direct_path_down_skips_and_says_so_once(tmp_path: Path, mode: str) -> None:
+    world = World(make_config(tmp_path, f'mode = "{mode}"'), Clock(step=0.01))
+    world.snap = snapshot(world.clock.now, direct=State.FAILED)
+    remedy = ScriptedRemedy(mode)
+    rem = remediator(world, {mode: remedy})
+    await rem.resolve()
+    for _ in range(5):
+        await rem.evaluate(world.snap)
+    assert remedy.calls == 0
+    assert world.kinds() == ["remediation.skipped"]
+    assert world.events[0].detail["reason"] == "direct_path_down"
+    assert rem.view()["last_decision"]["reason"] == "direct_path_down"
+
+
+async def test_uncured_restarts_open_the_circuit_and_health_closes_it(tmp_path: Path,
+                                                                      mode: str) -> None:
+    config = make_config(tmp_path, f'mode = "{mode}"\ngive_up_after = 2\ncooldown = "0s"')
+    world = World(config, Clock(step=0.05))
+    remedy = ScriptedRemedy(mode)
+    rem = remediator(world, {mode: remedy})
+    await rem.resolve()
+    for _ in range(6):
+        await rem.evaluate(world.snap)
+    assert remedy.calls == 2
+    assert world.kinds().count("remediation.circuit_open") == 1
+    assert world.kinds()[-1] == "remediation.skipped"  # circuit_open, announced once
+    assert world.kinds().count("remediation.skipped") == 1
+    assert rem.view()["circuit"] == "open"
+    world.snap = snapshot(world.clock.now, wg=State.OK, wg_reason="ok", tunnel=State.OK)
+    await rem.evaluate(world.snap)
+    assert rem.view()["circuit"] == "closed"
+    assert world.kinds()[-1] == "remediation.recovered"
+
+
+async def test_dry_run_does_nothing_but_says_everything(tmp_path: Path, mode: str) -> None:
+    world = World(make_config(tmp_path, f'mode = "{mode}"\ndry_run = true'), Clock(step=0.01))
+    remedy = ScriptedRemedy(mode)
+    rem = remediator(world, {mode: remedy})
+    await rem.resolve()
+    await rem.evaluate(world.snap)
+    assert remedy.calls == 0
+    assert world.kinds() == ["remediation.skipped"]
+    assert world.events[0].detail["dry_run"] is True
+    assert "would restart" in world.events[0].message
+    assert rem.view()["actions"][0]["result"] == "dry_run"
+
+
+async def test_pause_resume_and_reset_over_the_control_handlers(tmp_path: Path,
+                                                                mode: str) -> None:
+    world = World(make_config(tmp_path, f'mode = "{mode}"'), Clock(step=0.01))
+    remedy = ScriptedRemedy(mode)
+    rem = remediator(world, {mode: remedy})
+    await rem.resolve()
+    assert set(world.handlers) == {"remediation.pause", "remediation.resume",
+                                   "remediation.reset"}
+    view = await world.handlers["remediation.pause"]({"for": "10m"})
+    assert view["paused_until"] is not None
+    await rem.evaluate(world.snap)
+    assert remedy.calls == 0
+    assert world.events[-1].detail["reason"] == "paused"
+    indefinite = await world.handlers["remediation.pause"]({})
+    assert indefinite["paused_until"] == "indefinite"
+    with pytest.raises(ValueError, match="duration"):
+        await world.handlers["remediation.pause"]({"for": "soon"})
+    await world.handlers["remediation.resume"]({})
+    await rem.evaluate(world.snap)
+    assert remedy.calls == 1
+    rem._store(rem.history.opened())
+    view = await world.handlers["remediation.reset"]({})
+    assert view["circuit"] == "closed"
+    assert view["failures_in_row"] == 0
+
+
+async def test_the_history_survives_an_agent_restart(tmp_path: Path, mode: str) -> None:
+    config = make_config(tmp_path, f'mode = "{mode}"\ncooldown = "0s"\nmax_per_hour = 2'
+                         "\ngive_up_after = 10")
+    clock = Clock(step=0.05)
+    for _incarnation in range(3):
+        world = World(config, clock)
+        remedy = ScriptedRemedy(mode)
+        rem = remediator(world, {mode: remedy})
+        await rem.resolve()
+        await rem.evaluate(world.snap)
+    # two restarts in the first two incarnations, the third is out of budget
+    assert rem.view()["budget_left"] == 0
+    assert remedy.calls == 0
+    assert world.events[-1].detail["reason"] == "budget_exhausted"
+    assert len(rem.view()["actions"]) == 2
+
+
+async def test_a_corrupt_history_is_moved_aside_not_fatal(tmp_path: Path) -> None:
+    config = make_config(tmp_path, 'mode = "pod"')
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "remediation-history.json").write_text("{broken")
+    rem = remediator(World(config, Clock()), {"pod": ScriptedRemedy()})
+    assert rem.history.records == ()
+    assert (state / "remediation-history.corrupt").exists()
+
+
+async def test_auto_picks_the_usable_remedy_and_says_why(tmp_path: Path) -> None:
+    world = World(make_config(tmp_path), Clock())
+    remedies = {"pod": ScriptedRemedy("pod", usable=False, why="no Flannel pod on edge-1"),
+                "k3s-service": ScriptedRemedy("k3s-service", why="k3s-agent.service loaded")}
+    rem = remediator(world, remedies)
+    await rem.resolve()
+    assert rem.mode == "k3s-service"
+    assert rem.view()["why"] == "auto: k3s-agent.service loaded"
+
+
+async def test_auto_with_nothing_to_restart_is_none_and_says_why(tmp_path: Path) -> None:
+    world = World(make_config(tmp_path), Clock(step=0.01))
+    rem = remediator(world, {"k3s-service": ScriptedRemedy("k3s-service", usable=False,
+                                                           why="no K3s unit")})
+    await rem.resolve()
+    assert rem.mode == "none"
+    assert "pod: not configured" in rem.mode_why
+    assert "k3s-service: no K3s unit" in rem.mode_why
+    await rem.evaluate(world.snap)
+    assert world.events[-1].detail["reason"] == "mode_none"
+
+
+async def test_serve_evaluates_and_stops_cleanly(tmp_path: Path) -> None:
+    world = World(make_config(tmp_path, 'mode = "pod"'), Clock(step=0.01))
+    remedy = ScriptedRemedy("pod")
+    remedy.on_restart = world.recover_after_restart
+    rem = remediator(world, {"pod": remedy})
+    task = asyncio.create_task(rem.serve())
+    try:
+        async with asyncio.timeout(10):
+            while "remediation.recovered" not in world.kinds():
+                await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert remedy.calls == 1
+
+
+def test_mode_none_builds_no_remediator(tmp_path: Path) -> None:
+    world = World(make_config(tmp_path, 'mode = "none"'), Clock())
+    assert remediation.build(world.ctx) is None
+
+
+def test_the_agent_hook_builds_one(tmp_path: Path) -> None:
+    world = World(make_config(tmp_path), Clock())
+    rem = remediation.build(world.ctx)
+    assert isinstance(rem, Remediator)
+    assert rem.view()["mode"] == "auto"
