@@ -50,5 +50,5 @@ def setup(level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("aiohttp.access", "pyroute2", "asyncio"):
+    for noisy in ("aiohttp.access", "pyroute2", "asyncio", "httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -439,14 +439,18 @@ class WireguardCheck:
         return self._result(devices, views, problems, missing)
 
     def _log_change(self, key: tuple[str, str], view: PeerView) -> None:
-        if self._reasons.get(key) != view.reason:
-            level = logging.INFO if view.state is State.OK else logging.WARNING
-            log.log(level if key in self._reasons or view.state is not State.OK
-                    else logging.DEBUG,
-                    "peer %s on %s: %s (%s)", view.peer, view.interface, view.reason,
-                    view.message,
-                    extra={"check": NAME, "interface": view.interface, "peer": view.peer})
-            self._reasons[key] = view.reason
+        """One log line when a peer's reason changes (a new healthy peer: debug only)."""
+        previous = self._reasons.get(key)
+        if previous == view.reason:
+            return
+        self._reasons[key] = view.reason
+        if view.state is not State.OK:
+            level = logging.WARNING
+        else:
+            level = logging.DEBUG if previous is None else logging.INFO
+        log.log(level, "peer %s on %s: %s (%s)", view.peer, view.interface, view.reason,
+                view.message,
+                extra={"check": NAME, "interface": view.interface, "peer": view.peer})
 
     def _result(self, devices: list[DeviceStats], views: list[PeerView],
                 problems: dict[str, tuple[str, str]], missing: list[str]) -> CheckResult:

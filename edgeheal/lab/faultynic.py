@@ -15,7 +15,7 @@ the edge has no effect exactly when offload is on. A datagram sent from a raw so
 wrong checksum is verified and dropped by the receiving namespace (both verified on these
 machines).
 
-The edge uplink's offload state is read with the ``ETHTOOL_GTXCSUM`` ioctl on a socket
+The edge uplink's offload state is read with the ``ETHTOOL_GFEATURES`` ioctl on a socket
 created inside the edge namespace (:mod:`edgeheal.lab.nsutil`), every 200 ms. Events
 (corrupted handshakes, offload changes) go to a JSON-lines file for the lab's timeline.
 
@@ -40,7 +40,12 @@ from pathlib import Path
 from edgeheal.lab.nsutil import inside
 
 SIOCETHTOOL = 0x8946
-ETHTOOL_GTXCSUM = 0x00000016
+ETHTOOL_GFEATURES = 0x0000003A
+UDP_CSUM_BITS = (1, 3, 4)
+"""NETIF_F_IP_CSUM, NETIF_F_HW_CSUM, NETIF_F_IPV6_CSUM (``enum netdev_features``, stable
+since 2.6): the features ethtool calls tx-checksum-ipv4, -ip-generic and -ipv6 — the ones
+that checksum a UDP datagram. (The legacy ETHTOOL_GTXCSUM also counts SCTP and FCoE CRC
+offload, which veth keeps on, so it would report "on" after edgeheal's fix.)"""
 HANDSHAKE_TYPES = (1, 2)
 BAD_CHECKSUM = 0xBEEF
 
@@ -62,14 +67,17 @@ class OffloadProbe:
         return self._value
 
     def _read(self) -> bool | None:
-        buf = array.array("B", struct.pack("II", ETHTOOL_GTXCSUM, 0))
+        blocks = 2
+        buf = array.array("B", struct.pack("II", ETHTOOL_GFEATURES, blocks)
+                          + bytes(16 * blocks))
         addr, _ = buf.buffer_info()
         ifreq = struct.pack("16sP", self.ifname.encode(), addr)
         try:
             fcntl.ioctl(self._sock.fileno(), SIOCETHTOOL, ifreq)
         except OSError:
             return None  # interface gone (modem re-enumerating): treat as unknown
-        return bool(struct.unpack("II", buf.tobytes())[1])
+        _available, _requested, active, _never = struct.unpack_from("IIII", buf.tobytes(), 8)
+        return any(active & (1 << bit) for bit in UDP_CSUM_BITS)
 
 
 def checksum(data: bytes) -> int:

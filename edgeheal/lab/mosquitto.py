@@ -17,6 +17,8 @@ API::
 
 - Ports: inside a namespace (``ns``) the namespace is fresh, so fixed-looking random ports
   are free; on the host's loopback a free port is found by binding port 0.
+- ``persistence=True``: sessions and queued QoS 1 messages survive ``stop``/``start``
+  (a persistent subscriber keeps what was published while it or the broker was away).
 - ``users``: a password file made with ``mosquitto_passwd -b``; with users, anonymous
   clients are refused. Without users, anonymous access is allowed.
 - ``tls=True``: throw-away CA and server certificate (trustme) for ``127.0.0.1`` and
@@ -50,7 +52,7 @@ class Mosquitto:
 
     def __init__(self, sandbox: Sandbox, workdir: Path, *, ns: str | None = None,
                  host: str = "127.0.0.1", users: dict[str, str] | None = None,
-                 tls: bool = False, extra_listener: bool = False,
+                 tls: bool = False, extra_listener: bool = False, persistence: bool = False,
                  ready_timeout: float = 10.0) -> None:
         require_programs("mosquitto", "mosquitto_passwd")
         self.sandbox, self.ns, self.host = sandbox, ns, host
@@ -58,6 +60,7 @@ class Mosquitto:
         self.dir.mkdir(parents=True)
         self.users = dict(users or {})
         self.tls = tls
+        self.persistence = persistence
         self.ready_timeout = ready_timeout
         self.port = self._port()
         self.tls_port = self._port() if tls else None
@@ -107,9 +110,12 @@ class Mosquitto:
         return str(path)
 
     def _config(self) -> str:
-        lines = ["per_listener_settings false", "user root", "persistence false",
+        lines = ["per_listener_settings false", "user root",
+                 *(["persistence true", f"persistence_location {self.dir}/"]
+                   if self.persistence else ["persistence false"]),
                  f"log_dest file {self.log_path}", "log_type error", "log_type warning",
-                 "log_type notice", "log_type information", "connection_messages true",
+                 "log_type notice", "log_type information", "log_type subscribe",
+                 "connection_messages true",
                  f"allow_anonymous {'false' if self.users else 'true'}"]
         if self.password_file:
             lines.append(f"password_file {self.password_file}")
@@ -168,21 +174,25 @@ class Mosquitto:
                   clean: bool = True, qos: int = 1) -> subprocess.Popen[bytes]:
         """A ``mosquitto_sub -v`` (one ``topic payload`` line per message) to ``out_path``.
 
-        ``clean=False`` with a ``client_id`` makes a persistent session: QoS 1 messages
-        published while it is connected or away are all delivered.
+        Returns once the broker has logged the subscription (bounded), so nothing
+        published afterwards can be missed. ``clean=False`` with a ``client_id`` makes a
+        persistent session: QoS 1 messages published while it is away are kept for it.
         """
         sub = shutil.which("mosquitto_sub")
         if sub is None:
             raise LabError("missing program: mosquitto_sub")
         argv = [sub, "-h", self.host, "-p", str(port or self.port), "-t", topic, "-q",
                 str(qos), "-v"]
-        if client_id:
-            argv += ["-i", client_id]
+        client_id = client_id or f"sub-{secrets.token_hex(4)}"
+        argv += ["-i", client_id]
         if not clean:
             argv.append("-c")
         if user:
             argv += ["-u", user, "-P", self.users[user]]
-        return self.sandbox.spawn(argv, ns=self.ns, log_path=out_path)
+        proc = self.sandbox.spawn(argv, ns=self.ns, log_path=out_path)
+        if not self.wait_for_log(f" {client_id} {qos} {topic}", self.ready_timeout):
+            raise LabError(f"mosquitto_sub {client_id} did not subscribe to {topic}")
+        return proc
 
     def wait_for_log(self, needle: str, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout

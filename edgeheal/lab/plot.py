@@ -7,6 +7,7 @@ the agent's actions and the alerts the subscriber received.
 
 from __future__ import annotations
 
+import itertools
 from html import escape
 from typing import Any
 
@@ -76,7 +77,7 @@ def timeline_svg(report: dict[str, Any]) -> str:
             y = chart_top + chart_h + 8 + i * 14
             out.append(f'<text x="{MARGIN - 4}" y="{y + 9}" text-anchor="end">'
                        f'{escape(check)}</text>')
-            for a, b in zip(rows, rows[1:], strict=False):
+            for a, b in itertools.pairwise(rows):
                 state = (a.get("checks") or {}).get(check)
                 if state:
                     out.append(f'<rect x="{x(a["t"]):.1f}" y="{y}" '

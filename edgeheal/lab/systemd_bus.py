@@ -278,14 +278,20 @@ class FakeSystemd:
         return fake
 
     async def start(self) -> FakeSystemd:
-        self._bus = await MessageBus(bus_address=self.address, bus_type=BusType.SYSTEM).connect()
-        self._manager = _Manager(self)
-        self._bus.export(MANAGER_PATH, self._manager)
-        for unit in list(self.units.values()):
-            self._export(unit)
-        reply = await self._bus.request_name(SYSTEMD)
-        if reply is not RequestNameReply.PRIMARY_OWNER:
-            raise LabError(f"could not own {SYSTEMD} on {self.address}: {reply}")
+        """Connect, export the Manager and the units, own ``org.freedesktop.systemd1``."""
+        try:
+            self._bus = await MessageBus(bus_address=self.address,
+                                         bus_type=BusType.SYSTEM).connect()
+            self._manager = _Manager(self)
+            self._bus.export(MANAGER_PATH, self._manager)
+            for unit in list(self.units.values()):
+                self._export(unit)
+            reply = await self._bus.request_name(SYSTEMD)
+            if reply is not RequestNameReply.PRIMARY_OWNER:
+                raise LabError(f"could not own {SYSTEMD} on {self.address}: {reply}")
+        except BaseException:
+            await self.close()
+            raise
         return self
 
     async def close(self) -> None:
@@ -295,7 +301,8 @@ class FakeSystemd:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         if self._bus is not None:
-            self._bus.disconnect()
+            with contextlib.suppress(Exception):
+                self._bus.disconnect()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     self._bus.wait_for_disconnect(), 5.0)  # type: ignore[no-untyped-call]

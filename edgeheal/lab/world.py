@@ -53,7 +53,6 @@ WG_PORT = 51820
 CLOUD_OVERLAY = "10.201.0.1"
 BROKER_CLUSTER_IP = "10.43.0.20"
 AGENT_PORT = 9917
-MQTT_PORT = 1883
 KEEPALIVE = 5
 """Persistent keepalive in the lab, seconds. Shorter than the field's 20-25 s so scenarios
 finish in minutes; every threshold that matters derives from it."""
@@ -135,6 +134,8 @@ class World:
         self.broker: Mosquitto | None = None
         self.kube: Any = None
         self.alerts_path = workdir / "alerts.log"
+        self.mqtt_port = 0
+        self.kube_port = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     # --- building ------------------------------------------------------------------------
@@ -201,20 +202,24 @@ class World:
     def _start_broker(self) -> None:
         self.broker = Mosquitto(self.sandbox, self.workdir, ns=self.cloud, host="0.0.0.0")
         self.broker.start()
+        self.mqtt_port = self.broker.port
         self.broker.subscribe("edgeheal/#", self.alerts_path)
 
     async def _start_kube(self) -> None:
         from edgeheal.lab.kubeapi import FakeKube  # noqa: PLC0415
 
         self.kube = FakeKube(ready_delay=1.0, replace_delay=0.5)
+        # the edges reach the API on the cloud's address of their own link
+        self.kube._server_cert = self.kube.ca.issue_cert(
+            "127.0.0.1", "localhost", *(e.cloud_ip for e in self.edges))
         for edge in self.edges:
             self.kube.add_node(edge.name)
         self.kube.add_daemonset(FLANNEL_NS, "kube-flannel-ds", {"app": "flannel"})
         creds = self.kube.add_user(AGENT_USER, token=os.urandom(16).hex())
         self.kube.allow_agent(AGENT_USER)
         with nsutil.inside(self.cloud):  # the listening socket lives in the cloud
-            await self.kube.start(host="0.0.0.0")
-        self.kube_port = self.kube.port
+            url = await self.kube.start(host="0.0.0.0")
+        self.kube_port = int(url.rsplit(":", 1)[1])
         for edge in self.edges:
             self.kube.write_kubeconfig(edge.workdir / "kubeconfig", creds)
             _retarget_kubeconfig(edge.workdir / "kubeconfig", edge.cloud_ip, self.kube_port)
@@ -288,7 +293,7 @@ class World:
     def _start_collector(self, edge: Edge) -> None:
         edge.collector = self.sandbox.spawn(
             [sys.executable, "-m", "edgeheal.lab.collector", "--host", BROKER_CLUSTER_IP,
-             "--port", str(MQTT_PORT), "--client-id", f"collector-{edge.name}",
+             "--port", str(self.mqtt_port), "--client-id", f"collector-{edge.name}",
              "--stats", str(edge.workdir / "collector.json")],
             ns=edge.ns, log_path=edge.workdir / "collector.log")
 
@@ -316,7 +321,7 @@ interval = "1s"
 [[mqtt.targets]]
 name = "broker-tunnel"
 host = "{BROKER_CLUSTER_IP}"
-port = {MQTT_PORT}
+port = {self.mqtt_port}
 path = "tunnel"
 interval = "5s"
 timeout = "3s"
@@ -325,7 +330,7 @@ required = true
 [[mqtt.targets]]
 name = "broker-direct"
 host = "{edge.cloud_ip}"
-port = {MQTT_PORT}
+port = {self.mqtt_port}
 path = "direct"
 interval = "5s"
 timeout = "3s"

@@ -185,23 +185,34 @@ class K3sServiceRemedy:
 
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[_Bus]:
-        from dbus_fast import BusType, DBusFastError  # noqa: PLC0415
-        from dbus_fast.aio import MessageBus  # noqa: PLC0415
+        try:
+            from dbus_fast import BusType, DBusFastError  # noqa: PLC0415
+            from dbus_fast.aio import MessageBus  # noqa: PLC0415
+        except ImportError as err:
+            raise RemedyError("the k3s-service remedy needs dbus-fast, which is not "
+                              "installed (install edgeheal[dbus])", config_problem=True) from err
 
         where = f"the D-Bus system bus at {self.bus_address}"
         try:
             raw = MessageBus(bus_address=self.bus_address, bus_type=BusType.SYSTEM,
                              auth_timeout=CALL_TIMEOUT)
+        except (DBusFastError, ValueError) as err:
+            raise RemedyError(f"not a usable D-Bus address: {self.bus_address}: {err}",
+                              config_problem=True) from err
+        try:
             await asyncio.wait_for(raw.connect(), CALL_TIMEOUT)
-        except TimeoutError as err:
-            raise RemedyError(f"{where} did not answer within {CALL_TIMEOUT:g}s") from err
-        except (OSError, DBusFastError, ValueError) as err:
+        except (TimeoutError, OSError, DBusFastError, ValueError) as err:
+            with contextlib.suppress(Exception):
+                raw.disconnect()
+            if isinstance(err, TimeoutError):
+                raise RemedyError(f"{where} did not answer within {CALL_TIMEOUT:g}s") from err
             raise RemedyError(f"cannot connect to {where}: {err}") from err
         bus = _Bus(raw, self.bus_address)
         try:
             yield bus
         finally:
-            raw.disconnect()
+            with contextlib.suppress(Exception):
+                raw.disconnect()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     raw.wait_for_disconnect(), 2.0)  # type: ignore[no-untyped-call]

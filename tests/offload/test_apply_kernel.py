@@ -3,6 +3,9 @@ test; the outcome is verified with the independent `ethtool -k` program."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -95,3 +98,19 @@ def test_the_feature_table_knows_every_name_this_kernel_reports() -> None:
         names = set(ethtool.features("lo"))
     assert names, "the kernel reported no features"
     assert names <= set(KERNEL_FEATURES), names - set(KERNEL_FEATURES)
+
+
+def test_without_cap_net_admin_apply_exits_3_and_changes_nothing(
+        lab: Lab, tmp_path: Path) -> None:
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("needs setpriv (util-linux) to drop CAP_NET_ADMIN")
+    lab.veth("wwan0", "peer0")
+    config = write_config(tmp_path / "e.toml", ["wwan0"])
+    proc = subprocess.run(
+        ["ip", "netns", "exec", lab.ns, setpriv, "--bounding-set=-net_admin",
+         "--inh-caps=-net_admin", sys.executable, "-m", "edgeheal", "offload", "apply",
+         "--config", str(config)], capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "CAP_NET_ADMIN" in proc.stderr
+    assert lab.checksums("wwan0")["tx-checksum-ip-generic"] == ON

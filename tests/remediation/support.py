@@ -137,3 +137,18 @@ class ScriptedRemedy:
         if self.on_restart is not None:
             self.on_restart()
         return Outcome(target=f"{self.mode} flannel-xyz")
+
+
+async def until(predicate: Callable[[], object], *, within: float = 10.0,
+                every: float = 0.01, what: str = "condition") -> None:
+    """Poll ``predicate`` until true, bounded in count and time (no bare sleeps)."""
+    import time  # noqa: PLC0415
+
+    deadline = time.monotonic() + within
+    for _ in range(int(within / every) + 1):
+        if predicate():
+            return
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(every)
+    raise AssertionError(f"{what} not reached within {within:g}s")

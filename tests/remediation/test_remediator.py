@@ -12,15 +12,23 @@ import pytest
 
 from edgeheal import remediation
 from edgeheal.model import State
-from edgeheal.remedies import RemedyError
 from edgeheal.remediation import Remediator
-from tests.remediation.support import Clock, ScriptedRemedy, World, make_config, snapshot
+from edgeheal.remedies import RemedyError
+from tests.remediation.support import (
+    Clock,
+    ScriptedRemedy,
+    World,
+    make_config,
+    snapshot,
+    until,
+)
 
 MODES = ("pod", "k3s-service")
 
 
 def remediator(world: World, remedies: dict[str, ScriptedRemedy], **kw: object) -> Remediator:
-    return Remediator(world.ctx, remedy_factory=remedies.get, boot_clock=lambda: 5000.0,
+    return Remediator(world.ctx, remedy_factory=remedies.get,
+                      boot_clock=lambda: world.clock.now + 4000.0,  # boottime runs along
                       boot="boot-a", tick=0.001, **kw)  # type: ignore[arg-type]
 
 
@@ -210,9 +218,7 @@ async def test_serve_evaluates_and_stops_cleanly(tmp_path: Path) -> None:
     rem = remediator(world, {"pod": remedy})
     task = asyncio.create_task(rem.serve())
     try:
-        async with asyncio.timeout(10):
-            while "remediation.recovered" not in world.kinds():
-                await asyncio.sleep(0.01)
+        await until(lambda: "remediation.recovered" in world.kinds(), what="recovery")
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

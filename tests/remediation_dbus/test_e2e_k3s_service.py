@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
+import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -44,16 +44,16 @@ def mesh(sandbox: Sandbox) -> Iterator[WgMesh]:
         wg.close()
 
 
-async def until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+async def until(predicate: Callable[[], Any], within: float, what: str) -> Any:
     """Poll a (blocking) predicate in a thread until it returns something truthy."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
         last = await asyncio.to_thread(predicate)
         if last:
             return last
         await asyncio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout:g}s (last: {last!r})")
+    raise AssertionError(f"{what}: not within {within:g}s (last: {last!r})")
 
 
 async def test_a_tunnel_that_lost_its_peer_is_cured_by_one_unit_restart(
@@ -63,7 +63,7 @@ async def test_a_tunnel_that_lost_its_peer_is_cured_by_one_unit_restart(
     broker.start()
     bus: SystemBus = start_system_bus(sandbox)
     mesh.wait_handshake(edge, cloud)
-    port = random.randint(20000, 60000)  # the edge namespace is fresh: any port is free
+    port = 20000 + secrets.randbelow(40000)  # the edge namespace is fresh: any port is free
     direct_host = mesh.endpoint(edge, cloud).rsplit(":", 1)[0]
     conf = tmp_path / "edgeheal.toml"
     conf.write_text(f"""

@@ -220,3 +220,10 @@ def test_importing_the_remedy_does_not_load_dbus_fast() -> None:
     code = ("import sys, edgeheal.remedies.k3s_service, edgeheal.config; "
             "assert 'dbus_fast' not in sys.modules, 'dbus_fast imported eagerly'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_a_malformed_bus_address_is_a_configuration_problem() -> None:
+    with pytest.raises(RemedyError, match="not a usable D-Bus address: no-transport-here") \
+            as info:
+        await remedy("no-transport-here").restart()
+    assert info.value.config_problem is True
