@@ -259,7 +259,6 @@ class _State:
     drift_total: int = 0
     pending_drift: list[Correction] = field(default_factory=list)
     bad: set[tuple[str, str, str]] = field(default_factory=set)
-    last: Report | None = None
     interfaces: dict[str, InterfaceReport] = field(default_factory=dict)
 
 
@@ -331,12 +330,8 @@ class Enforcer:
             else:
                 log.info("turned off %s on %s (%s)", ", ".join(fix.features), fix.interface,
                          cause, extra={"interface": fix.interface, "cause": cause})
-        if not partial:
-            for pattern in report.unmatched:
-                log.debug("no interface matches %r", pattern, extra={"pattern": pattern})
-            st.last = report
-        elif st.last is not None:
-            st.last = Report(tuple(st.interfaces.values()), st.last.unmatched, report.act)
+        for pattern in report.unmatched:
+            log.debug("no interface matches %r", pattern, extra={"pattern": pattern})
         st.first_done = True
 
     def _emit_drift(self, fix: Correction) -> None:
@@ -395,7 +390,7 @@ class Enforcer:
                         log.info("%s went away", ifname, extra={"interface": ifname})
                         self.forget(ifname)
                     continue
-                if True or not ifname or not any(fnmatch.fnmatchcase(ifname, p)
+                if not ifname or not any(fnmatch.fnmatchcase(ifname, p)
                                          for p in self.patterns):
                     continue
                 await self.reconcile("link_event", only=ifname)

@@ -62,6 +62,9 @@ MAX_TEST_ALERTS = 1000
 PRUNE_EVERY = 60.0
 RETRY_AFTER_REJECT = 5.0
 
+NOT_YET = ("pending", "connecting")
+"""Reasons that mean "no verdict yet": they never open a problem."""
+
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
 
 
@@ -243,6 +246,8 @@ class AlertEngine:
                              self._detail(name, status, opened=problem.opened),
                              correlation=problem.correlation, required=status.required)
             return True
+        if problem is None and status.reason in NOT_YET:
+            return False
         kind, recovery = self._problem_kind(name, status)
         required = status.required and (status.state is State.FAILED or kind != "check.failed")
         message = f"{name}: {status.state.value} ({status.reason}): {status.message}"

@@ -36,6 +36,8 @@ Metrics: ``edgeheal_mqtt_up{target,path}`` (1/0) and ``edgeheal_mqtt_connect_sec
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
 import ssl
@@ -119,6 +121,11 @@ class MqttLinkCheck:
         self.link = shared(ctx.registry, target, ctx.config.node)
 
     async def run(self) -> CheckResult:
+        if self.link.state.reason == "connecting":  # give the first attempt its time
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.1, self.target.timeout * 0.9)):
+                    while self.link.state.reason == "connecting":
+                        await self.link.wait_change()
         state = self.link.state
         self.metrics.record(self.target, state.up, state.rtt_seconds if state.up else None)
         detail = {**_detail(self.target), "kept_open": True, "connects": state.connects,

@@ -191,7 +191,10 @@ class Mosquitto:
             argv += ["-u", user, "-P", self.users[user]]
         proc = self.sandbox.spawn(argv, ns=self.ns, log_path=out_path)
         if not self.wait_for_log(f" {client_id} {qos} {topic}", self.ready_timeout):
-            raise LabError(f"mosquitto_sub {client_id} did not subscribe to {topic}")
+            stop_process(proc)
+            said = out_path.read_text(errors="replace")[-400:] if out_path.exists() else ""
+            raise LabError(f"mosquitto_sub {client_id} did not subscribe to {topic} within "
+                           f"{self.ready_timeout:g}s: {said.strip() or 'no output'}")
         return proc
 
     def wait_for_log(self, needle: str, timeout: float = 10.0) -> bool:

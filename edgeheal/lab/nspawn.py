@@ -208,7 +208,12 @@ class Container:
     binds: tuple[Bind, ...] = ()
     name: str = field(default_factory=lambda: unique("c"))
     process: subprocess.Popen[bytes] | None = None
-    boots: int = 0
+    boot_seconds: list[float] = field(default_factory=list)
+    """How long each boot took, up to systemd's ``running``/``degraded``."""
+
+    @property
+    def boots(self) -> int:
+        return len(self.boot_seconds)
 
     @property
     def root(self) -> Path:
@@ -216,7 +221,8 @@ class Container:
 
     @property
     def console_log(self) -> Path:
-        return self.workdir / f"console-{self.boots}.log"
+        """The current (last) boot's console output."""
+        return self.workdir / f"console-{max(self.boots, 1)}.log"
 
     # --- life cycle --------------------------------------------------------------------
 
@@ -238,7 +244,6 @@ class Container:
                              "(apt-get install systemd-container)")
         if not mounts_under(self.root):
             self.mount()
-        self.boots += 1
         argv = ["systemd-nspawn", "--quiet", "--boot", f"--directory={self.root}",
                 f"--machine={self.name}", "--register=no", "--keep-unit", "--network-veth",
                 "--private-users=no", *extra_args]
@@ -248,13 +253,18 @@ class Container:
             # /sys, hiding /sys/fs/cgroup, and nspawn could not set up the container's cgroup
             argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
         began = time.monotonic()
-        with self.console_log.open("ab") as out:
+        with (self.workdir / f"console-{self.boots + 1}.log").open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
-        self.wait_for(lambda: self._leader() is not None, timeout=30.0,
-                      what="the container's init to start")
+        self.boot_seconds.append(0.0)
+        try:
+            self.wait_for(lambda: self._leader() is not None, timeout=30.0,
+                          what="the container's init to start")
+        except NspawnError as err:
+            raise CannotBoot(str(err)) from err
         self.wait_for(self._booted, timeout=timeout, what="systemd to finish booting")
-        return time.monotonic() - began
+        self.boot_seconds[-1] = time.monotonic() - began
+        return self.boot_seconds[-1]
 
     def _booted(self) -> bool:
         state = self.run(["systemctl", "is-system-running"], check=False).stdout.strip()
@@ -397,7 +407,7 @@ class Container:
             if value:
                 return value
             if self.process is not None and self.process.poll() is not None:
-                raise CannotBoot(f"container {self.name} exited ({self.process.returncode}) "
+                raise NspawnError(f"container {self.name} exited ({self.process.returncode}) "
                                  f"while waiting for {what}; console:\n{self.console_tail()}")
             if time.monotonic() >= deadline:
                 raise NspawnError(f"container {self.name}: timed out after {timeout:g} s "

@@ -57,6 +57,7 @@ class Lab:
         self.alerts_seen = 0
         self.deletions_seen = 0
         self.events_seen = 0
+        self.remediation = "pod"
 
     # --- time and notes ------------------------------------------------------------------
 
@@ -220,6 +221,8 @@ class Scenario:
     remediation: str = "pod"
     budget: float = 300.0
     """Seconds the scenario may take at most (the CI bound)."""
+    start_agents: bool = True
+    """False: the scenario starts the agents itself (e.g. after showing the fault)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
@@ -235,9 +238,10 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
     try:
         await world.build()
         lab = Lab(world, out=out, live=live)
+        lab.remediation = scenario.remediation
         lab.note("lab", f"world built: cloud + {len(world.edges)} edge(s), "
                  f"uplink offload {'on' if scenario.offload_on_at_boot else 'off'} at boot")
-        if world.with_agent:
+        if world.with_agent and scenario.start_agents:
             for edge in world.edges:
                 world.start_agent(edge, remediation=scenario.remediation)
             lab.mark("agent_started")

@@ -378,6 +378,16 @@ verify_timeout = "30s"
 
     # --- faults --------------------------------------------------------------------------
 
+    def last_handshake(self, edge: Edge) -> int:
+        """Seconds-since-epoch of the edge's last handshake with the cloud (0: never)."""
+        out = run(["wg", "show", edge.wg_ifname, "latest-handshakes"], ns=edge.ns,
+                  check=False).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition("\t")
+            if key == self.cloud_public:
+                return int(value or 0)
+        return 0
+
     def set_uplink_offload(self, edge: Edge, on: bool) -> None:
         run(["ethtool", "-K", edge.uplink, "tx", "on" if on else "off"], ns=edge.ns)
 

@@ -166,10 +166,11 @@ async def test_the_kind_and_severity_follow_the_check_and_the_table(
     await engine.close()
 
 
-async def test_checks_without_a_result_yet_raise_nothing(tmp_path: Path) -> None:
+async def test_checks_without_a_verdict_yet_raise_nothing(tmp_path: Path) -> None:
     engine = _engine(harness(tmp_path))
     engine.observe(snapshot(status("wireguard", State.UNKNOWN, "pending", runs=0),
                             complete=False))
+    engine.observe(snapshot(status("alerts-link", State.UNKNOWN, "connecting", runs=1)))
     assert _kinds(engine) == []
     await engine.close()
 

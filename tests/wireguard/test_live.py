@@ -152,15 +152,17 @@ async def test_the_incident_rekey_failing_before_180s_then_dead(mesh: WgMesh) ->
     assert 120 <= age < 180, f"rekey_failing at handshake age {age:.0f}s"
     ping = run(["ping", "-c", "3", "-W", "1", b.overlay], ns=a.ns, check=False)
     assert ping.returncode == 0, "the session must still carry traffic when warned"
-    assert mesh.in_csum_errors(b) > before[b.index]
-    assert mesh.in_csum_errors(a) > before[a.index]
-    assert mesh.last_handshake(a, b) == int(mesh.dump(a)[b.public_key][4])
+    # Before 180 s only the session's initiator rekeys, so one receiver counts the drops.
+    assert sum(mesh.in_csum_errors(n) for n in mesh.nodes) > sum(before.values())
 
     died = await driver.until(lambda s: s.status.state is State.FAILED,
                               DEAD_AFTER + DEBOUNCE + SLACK, "dead or stalled")
     age = died.t - handshake_at
     assert died.status.reason in ("dead", "stalled")
     assert 180 - SLACK <= age <= DEAD_AFTER + DEBOUNCE + SLACK, f"failed at age {age:.0f}s"
+    # Once the session expired both ends initiate; both receivers drop the bad checksums.
+    assert mesh.in_csum_errors(a) > before[a.index]
+    assert mesh.in_csum_errors(b) > before[b.index]
     log.info("incident: rekey_failing at %.0fs, %s at %.0fs (handshake age)",
              warned.t - handshake_at, died.status.reason, age)
 

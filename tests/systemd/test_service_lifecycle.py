@@ -1,0 +1,300 @@
+"""edgeheal's units under a real systemd (Debian 12's 252) in a booted container.
+
+The tests share one container and run in file order, like an operator's session: offline
+install, READY, the boot order, restarts, the watchdog, the hardening, the k3s-service
+remedy under polkit, uninstall. Each test leaves the service running for the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+
+from edgeheal.lab.nspawn import Container
+from tests.systemd.conftest import AGENT_CONFIG, SRC, WHEELS
+
+pytestmark = [pytest.mark.slow]
+
+UNIT = "edgeheal.service"
+OFFLOAD_UNIT = "edgeheal-offload.service"
+CAP_NET_ADMIN = 1 << 12
+PY = "/opt/edgeheal/bin/python"
+STATE = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result", "ExecMainStatus")
+
+
+def state(box: Container, unit: str = UNIT) -> dict[str, str]:
+    return box.show(unit, *STATE)
+
+
+def running(box: Container, unit: str = UNIT) -> dict[str, str] | None:
+    now = state(box, unit)
+    return now if (now["ActiveState"], now["SubState"]) == ("active", "running") else None
+
+
+def http_get(box: Container, path: str) -> tuple[int, str]:
+    """GET from the agent's HTTP server on the container's loopback."""
+    script = ("import sys, urllib.request, urllib.error\n"
+              "try:\n"
+              f"    r = urllib.request.urlopen('http://127.0.0.1:9917{path}', timeout=5)\n"
+              "    print(r.status); print(r.read().decode())\n"
+              "except urllib.error.HTTPError as e:\n"
+              "    print(e.code); print(e.read().decode())\n")
+    out = box.run(["python3", "-c", script]).stdout
+    code, _, body = out.partition("\n")
+    return int(code), body
+
+
+def messages(box: Container, *args: str) -> list[str]:
+    return [e.get("MESSAGE", "") for e in box.journal(*args)]
+
+
+def offload_of(box: Container, feature: str = "tx-checksum-ip-generic") -> str:
+    out = box.run(["ethtool", "-k", "host0"]).stdout
+    match = re.search(rf"^\s*{re.escape(feature)}: (\w+)", out, re.MULTILINE)
+    assert match, out
+    return match.group(1)
+
+
+def test_the_offline_install_from_a_wheelhouse_starts_the_service(container: Container) -> None:
+    # no route out of the container: pip can only use the wheelhouse
+    assert "default" not in container.run(["ip", "route"]).stdout
+    assert offload_of(container) == "on"
+    began = time.monotonic()
+    out = container.run([f"{SRC}/install.sh", "--wheelhouse", WHEELS], timeout=240).stdout
+    print(f"install.sh --wheelhouse took {time.monotonic() - began:.1f} s")
+    assert "offline" in out
+    assert "kept the existing /etc/edgeheal/edgeheal.toml" in out
+    now = container.wait_for(lambda: running(container), timeout=60, what="edgeheal running")
+    assert now["NRestarts"] == "0"
+    for unit in (UNIT, OFFLOAD_UNIT):
+        assert container.systemctl("is-enabled", unit).stdout.strip() == "enabled"
+    assert container.run(["/usr/local/bin/edgeheal", "--version"]).stdout.startswith(
+        "edgeheal ")
+    # the agent turned the veth's offload off
+    container.wait_for(lambda: offload_of(container) == "off", timeout=20,
+                       what="the agent to turn tx-checksum-ip-generic off")
+
+
+def test_the_unit_becomes_active_only_after_ready(container: Container) -> None:
+    props = container.show(UNIT, "ExecMainStartTimestampMonotonic",
+                           "ActiveEnterTimestampMonotonic", "MainPID")
+    entries = container.journal(f"_PID={props['MainPID']}")
+    ready = [e for e in entries if "first round complete" in e["MESSAGE"]]
+    assert ready, "the agent never logged its first complete round"
+    started = [e for e in container.journal("UNIT=" + UNIT)
+               if e["MESSAGE"].startswith("Started edgeheal.service")]
+    assert started, "systemd never logged the unit as started"
+    # READY (the first round) came after the process started, and systemd called the unit
+    # started only after it
+    assert int(props["ActiveEnterTimestampMonotonic"]) > int(
+        props["ExecMainStartTimestampMonotonic"])
+    assert int(ready[0]["__MONOTONIC_TIMESTAMP"]) <= int(
+        started[-1]["__MONOTONIC_TIMESTAMP"])
+
+
+def test_a_start_whose_ready_never_arrives_fails(container: Container) -> None:
+    dropin = "/run/systemd/system/edgeheal.service.d/noready.conf"
+    # the same agent, but systemd ignores its READY=1: the start must time out
+    container.write(dropin, "[Service]\nNotifyAccess=none\nTimeoutStartSec=6s\n"
+                            "Restart=no\nWatchdogSec=0\n")
+    try:
+        container.systemctl("daemon-reload")
+        began = time.monotonic()
+        proc = container.systemctl("restart", UNIT, check=False)
+        took = time.monotonic() - began
+        assert proc.returncode != 0
+        now = state(container)
+        assert now["ActiveState"] == "failed"
+        assert now["Result"] == "timeout"
+        assert took >= 5.0, f"failed after {took:.1f} s, before TimeoutStartSec"
+        log = "\n".join(messages(container, "--unit", UNIT, "--lines", "60"))
+        assert "reception is disabled" in log  # the agent did send READY=1
+        assert "Start operation timed out" in log
+    finally:
+        container.run(["rm", "-rf", dropin.rsplit("/", 1)[0]])
+        container.systemctl("daemon-reload")
+        container.systemctl("reset-failed", UNIT, check=False)
+        container.systemctl("start", UNIT)
+    assert running(container)
+
+
+def test_kill_9_of_the_agent_is_restarted_by_systemd(container: Container) -> None:
+    before = container.wait_for(lambda: running(container), timeout=30, what="running")
+    container.systemctl("kill", "--kill-who=main", "--signal=SIGKILL", UNIT)
+    after = container.wait_for(
+        lambda: (now := running(container)) and now["MainPID"] != before["MainPID"] and now,
+        timeout=60, what="systemd to restart the killed agent")
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
+    log = "\n".join(messages(container, "--unit", UNIT, "--lines", "40"))
+    assert "code=killed, status=9/KILL" in log
+
+
+def test_a_bad_config_stops_the_unit_for_good_and_says_why(container: Container) -> None:
+    container.write("/etc/edgeheal/edgeheal.toml",
+                    AGENT_CONFIG.replace('check_interval = "2s"', 'check_interval = "soon"'),
+                    mode=0o640)
+    try:
+        before = state(container)
+        proc = container.systemctl("restart", UNIT, check=False)
+        assert proc.returncode != 0
+        now = container.wait_for(
+            lambda: (s := state(container))["ActiveState"] == "failed" and s,
+            timeout=30, what="the unit to fail")
+        assert now["ExecMainStatus"] == "2"
+        assert now["Result"] == "exit-code"
+        # RestartSec is 5 s: watch well past it — no restart may come
+        deadline = time.monotonic() + 9.0
+        while time.monotonic() < deadline:
+            now = state(container)
+            assert now["ActiveState"] == "failed", now
+            assert now["NRestarts"] == before["NRestarts"], now
+            time.sleep(0.5)
+        log = "\n".join(messages(container, "--unit", UNIT, "--lines", "40"))
+        assert "agent.check_interval" in log, log[-2000:]
+    finally:
+        container.write("/etc/edgeheal/edgeheal.toml", AGENT_CONFIG, mode=0o640)
+        container.systemctl("reset-failed", UNIT, check=False)
+        container.systemctl("start", UNIT)
+    assert running(container)
+
+
+def test_a_stopped_agent_is_killed_by_the_watchdog_and_restarted(container: Container) -> None:
+    before = container.wait_for(lambda: running(container), timeout=30, what="running")
+    watchdog = container.show(UNIT, "WatchdogUSec")["WatchdogUSec"]
+    assert watchdog == "30s", watchdog
+    stopped = time.monotonic()
+    container.systemctl("kill", "--kill-who=main", "--signal=SIGSTOP", UNIT)
+    after = container.wait_for(
+        lambda: (now := running(container)) and now["MainPID"] != before["MainPID"] and now,
+        timeout=90, what="the watchdog to kill and systemd to restart the agent", interval=1)
+    took = time.monotonic() - stopped
+    print(f"SIGSTOP -> restarted after {took:.1f} s (WatchdogSec={watchdog})")
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
+    log = "\n".join(messages(container, "--unit", UNIT, "--lines", "60"))
+    assert "Watchdog timeout" in log, log[-2000:]
+    # pinged every 15 s, so the 30 s watchdog fires 15-30 s after the stop; +5 s RestartSec
+    assert took >= 15.0
+
+
+def test_the_hardening_applies_and_the_agent_still_works(container: Container) -> None:
+    now = container.wait_for(lambda: running(container), timeout=30, what="running")
+    pid = now["MainPID"]
+    status = dict(line.split(":", 1) for line in container.run(
+        ["cat", f"/proc/{pid}/status"]).stdout.splitlines() if ":" in line)
+    uid = container.run(["id", "-u", "edgeheal"]).stdout.strip()
+    assert status["Uid"].split()[:2] == [uid, uid]
+    for cap in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
+        assert int(status[cap], 16) == CAP_NET_ADMIN, (cap, status[cap])
+    assert status["NoNewPrivs"].strip() == "1"
+    assert status["Seccomp"].strip() == "2"
+    mounts = container.run(["cat", f"/proc/{pid}/mountinfo"]).stdout.splitlines()
+    opts = {line.split()[4]: line.split()[5] for line in mounts}
+    assert opts["/"].startswith("ro"), opts["/"]
+    assert opts["/var/lib/edgeheal"].startswith("rw"), opts
+    # it reads netlink (the offload check), serves probes, writes its state directory
+    code, body = http_get(container, "/status")
+    assert code == 200, body
+    checks = json.loads(body)["checks"]
+    assert checks["offload"]["state"] == "ok", checks["offload"]
+    assert http_get(container, "/readyz")[0] == 200
+    assert http_get(container, "/probe/offload")[0] == 200
+    listing = container.run(["ls", "-ln", "/var/lib/edgeheal"]).stdout
+    assert re.search(rf"^s\S+ +\d+ +{uid} .*control\.sock$", listing, re.MULTILINE), listing
+    mode = container.run(["stat", "-c", "%a %u", "/var/lib/edgeheal"]).stdout.split()
+    assert mode == ["700", uid]
+    # the offline analysis the docs record and systemd's own view of the loaded unit agree
+    out = container.run(["systemd-analyze", "security", "--no-pager", UNIT]).stdout
+    online = re.search(r"Overall exposure level for edgeheal\.service: ([0-9.]+)", out)
+    assert online, out[-1500:]
+    offline = container.run(["systemd-analyze", "security", "--no-pager", "--offline=true",
+                             f"/etc/systemd/system/{UNIT}"], check=False).stdout
+    recorded = re.search(r"exposure \*\*([0-9.]+)\*\*",
+                         container.run(["cat", f"{SRC}/README.md"]).stdout)
+    print(f"exposure online {online.group(1)}; offline in the container: "
+          f"{re.findall(r'Overall exposure level[^:]*: ([0-9.]+)', offline)}; "
+          f"README: {recorded and recorded.group(1)}")
+    assert recorded, "README.md no longer records the exposure"
+    assert float(online.group(1)) == float(recorded.group(1))
+
+
+def test_the_boot_runs_the_offload_oneshot_before_k3s(container: Container) -> None:
+    container.reboot()
+    # a new veth: its offload started on, and was off before the stand-in K3s started
+    entries = container.journal()
+    finished = [e for e in entries if e.get("UNIT") == OFFLOAD_UNIT
+                and e.get("JOB_TYPE") == "start" and e.get("JOB_RESULT") == "done"]
+    k3s_start = [e for e in entries if e.get("UNIT") == "k3s-agent.service"
+                 and e["MESSAGE"].startswith("Starting")]
+    seen = [e for e in entries if "stand-in k3s-agent sees" in e["MESSAGE"]]
+    assert finished, "edgeheal-offload.service did not run at boot"
+    assert k3s_start and seen, "the stand-in k3s-agent.service did not start at boot"
+    assert int(finished[0]["__MONOTONIC_TIMESTAMP"]) < int(k3s_start[0]["__MONOTONIC_TIMESTAMP"])
+    assert seen[0]["MESSAGE"].endswith("tx-checksum-ip-generic: off"), seen[0]["MESSAGE"]
+    container.wait_for(lambda: running(container), timeout=60, what="edgeheal after boot")
+
+
+K3S_RESTART = """\
+import asyncio, json
+from edgeheal.config import ServiceSettings
+from edgeheal.remedies.k3s_service import K3sServiceRemedy
+out = asyncio.run(K3sServiceRemedy(ServiceSettings(unit="auto", timeout=30.0)).restart())
+print(json.dumps({"ok": True, "outcome": repr(out)}))
+"""
+
+
+def as_agent_user(box: Container, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run as the system user ``edgeheal`` (what polkit sees as the subject)."""
+    return box.run(["setpriv", "--reuid=edgeheal", "--regid=edgeheal", "--init-groups",
+                    "--", *argv], check=False, timeout=60)
+
+
+def test_k3s_service_mode_restarts_k3s_through_polkit_and_nothing_else(
+        container: Container) -> None:
+    rule = "/etc/polkit-1/rules.d/50-edgeheal-k3s-restart.rules"
+    assert container.run(["test", "-f", rule], check=False).returncode == 0
+    before = container.show("k3s-agent.service", "MainPID", "ActiveState")
+    assert before["ActiveState"] == "active"
+    proc = as_agent_user(container, PY, "-c", K3S_RESTART)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    after = container.show("k3s-agent.service", "MainPID", "ActiveState")
+    assert after["ActiveState"] == "active"
+    assert after["MainPID"] != before["MainPID"], "k3s-agent.service was not restarted"
+    # any other unit, or any other verb on K3s, is refused to the agent's user
+    for verb, unit in (("RestartUnit", "dbus.service"), ("StopUnit", "k3s-agent.service"),
+                       ("RestartUnit", UNIT)):
+        pid = container.show(unit, "MainPID")["MainPID"]
+        proc = as_agent_user(container, "busctl", "--timeout=10", "call",
+                             "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                             "org.freedesktop.systemd1.Manager", verb, "ss", unit, "replace")
+        assert proc.returncode != 0, f"{verb} {unit} was allowed"
+        assert "Access denied" in proc.stderr or "authorization" in proc.stderr.lower(), \
+            proc.stderr
+        assert container.show(unit, "MainPID")["MainPID"] == pid
+
+
+def test_uninstall_removes_what_it_installed_and_keeps_the_config(
+        container: Container) -> None:
+    config = container.run(["cat", "/etc/edgeheal/edgeheal.toml"]).stdout
+    uid = int(container.run(["id", "-u", "edgeheal"]).stdout)
+    out = container.run([f"{SRC}/install.sh", "--uninstall"], timeout=60).stdout
+    assert "kept /etc/edgeheal" in out
+    assert container.show(UNIT, "LoadState")["LoadState"] == "not-found"
+    assert container.show(OFFLOAD_UNIT, "LoadState")["LoadState"] == "not-found"
+    for path in ("/opt/edgeheal", "/usr/local/bin/edgeheal", f"/etc/systemd/system/{UNIT}",
+                 f"/etc/systemd/system/{OFFLOAD_UNIT}", "/usr/share/doc/edgeheal",
+                 "/etc/polkit-1/rules.d/50-edgeheal-k3s-restart.rules",
+                 "/etc/systemd/system/multi-user.target.wants/edgeheal.service"):
+        assert container.run(["test", "-e", path], check=False).returncode != 0, path
+    owners = container.run(["python3", "-c", "import os, pathlib; print(sorted({p.stat().st_uid "
+                            "for p in pathlib.Path('/proc').iterdir() if p.name.isdigit()}))"])
+    assert uid not in json.loads(owners.stdout), "a process of user edgeheal is left"
+    assert container.run(["cat", "/etc/edgeheal/edgeheal.toml"]).stdout == config
+    # --purge takes the configuration, the state and the user too
+    container.run([f"{SRC}/install.sh", "--uninstall", "--purge"], timeout=60)
+    for path in ("/etc/edgeheal", "/var/lib/edgeheal"):
+        assert container.run(["test", "-e", path], check=False).returncode != 0, path
+    assert container.run(["id", "edgeheal"], check=False).returncode != 0
