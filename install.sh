@@ -141,7 +141,11 @@ if [ ! -e "$CONF_DIR/edgeheal.toml" ]; then
   say "wrote the default configuration $CONF_DIR/edgeheal.toml: edit it, then run"
   say "  edgeheal check-config"
 else
-  say "kept the existing $CONF_DIR/edgeheal.toml"
+  # a configuration provisioned before the install (root:root 0640/0600) must still be
+  # readable by the service's user, or both units fail with "cannot read: Permission denied"
+  chgrp edgeheal "$CONF_DIR/edgeheal.toml"
+  chmod g+r "$CONF_DIR/edgeheal.toml"
+  say "kept the existing $CONF_DIR/edgeheal.toml (group edgeheal may read it)"
 fi
 
 if have_systemd; then

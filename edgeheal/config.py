@@ -483,17 +483,7 @@ def _validate(config: Config) -> None:
         names = ", ".join(t.name for t in config.mqtt.targets) or "none configured"
         raise _KeyError("alerts.target",
                         f"no [[mqtt.targets]] entry named {config.alerts.target!r} ({names})")
-    if config.alerts.outbox_max_count < 1:
-        raise _KeyError("alerts.outbox_max_count", "must be at least 1")
-    for key in ("outbox_max_age", "reminder_interval", "reconnect_max"):
-        if getattr(config.alerts, key) <= 0:
-            raise _KeyError(f"alerts.{key}", "must be greater than zero")
-    if not re.fullmatch(r"[^#+\x00]+", config.alerts.topic_prefix.strip("/")):
-        raise _KeyError("alerts.topic_prefix",
-                        "must be a non-empty MQTT topic without '#', '+' or NUL")
-    for i, target in enumerate(config.mqtt.targets):
-        if target.keepalive < 1 or target.keepalive > 65535:
-            raise _KeyError(f"mqtt.targets[{i}].keepalive", "expected 1s to 65535s")
+    _validate_mqtt_alerts(config)
     for i, pattern in enumerate(config.offload.interfaces):
         if not pattern or "/" in pattern:
             raise _KeyError(f"offload.interfaces[{i}]", f"not an interface name: {pattern!r}")
@@ -571,6 +561,24 @@ def _validate_wireguard(wg: WireguardSettings) -> None:
             and wg.rekey_failing_after >= wg.dead_after):
         raise _KeyError("wireguard.rekey_failing_after",
                         f"must be less than dead_after ({format_duration(wg.dead_after)})")
+
+
+def _validate_mqtt_alerts(config: Config) -> None:
+    """The [[mqtt.targets]] and [alerts] rules beyond names, hosts and ports."""
+    for i, target in enumerate(config.mqtt.targets):
+        if target.keepalive < 1 or target.keepalive > 65535:
+            raise _KeyError(f"mqtt.targets[{i}].keepalive", "expected 1s to 65535s")
+        if target.password_file and not target.username and target.protocol == "3.1.1":
+            raise _KeyError(f"mqtt.targets[{i}].username",
+                            "MQTT 3.1.1 sends a password only with a user name")
+    if config.alerts.outbox_max_count < 1:
+        raise _KeyError("alerts.outbox_max_count", "must be at least 1")
+    for key in ("outbox_max_age", "reminder_interval", "reconnect_max"):
+        if getattr(config.alerts, key) <= 0:
+            raise _KeyError(f"alerts.{key}", "must be greater than zero")
+    if not re.fullmatch(r"[^#+\x00]+", config.alerts.topic_prefix.strip("/")):
+        raise _KeyError("alerts.topic_prefix",
+                        "must be a non-empty MQTT topic without '#', '+' or NUL")
 
 
 def _validate_features(features: tuple[str, ...]) -> None:

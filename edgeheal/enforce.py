@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from edgeheal.checks import Event
 from edgeheal.ethtool import (
     EthtoolError,
     Feature,
@@ -57,8 +58,6 @@ from edgeheal.ethtool import (
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
-
-    from edgeheal.checks import Event
 
 log = logging.getLogger(__name__)
 
@@ -335,8 +334,6 @@ class Enforcer:
         st.first_done = True
 
     def _emit_drift(self, fix: Correction) -> None:
-        from edgeheal.checks import Event  # noqa: PLC0415 - avoid an import cycle
-
         self._emit(Event(DRIFT_EVENT,
                          f"TX checksum offload was on again on {fix.interface} "
                          f"({', '.join(fix.features)}); turned it off",

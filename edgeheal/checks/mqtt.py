@@ -40,7 +40,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import ssl
 from typing import TYPE_CHECKING, Any
 
 from edgeheal.checks import Check, Context, register
@@ -88,19 +87,15 @@ class MqttProbeCheck:
         self.name = target.name
         self.settings: CheckSettings = target
         self.ctx, self.target, self.metrics = ctx, target, metrics
-        self._tls_session: ssl.SSLSession | None = None
-
-    def _keep_session(self, session: ssl.SSLSession | None) -> None:
-        self._tls_session = session
+        self._resume: Any = None
 
     async def run(self) -> CheckResult:
-        from edgeheal.mqtt.connection import probe  # noqa: PLC0415 - paho on demand
+        from edgeheal.mqtt.connection import TlsResumption, probe  # noqa: PLC0415 - paho
 
+        if self._resume is None and self.target.tls:
+            self._resume = TlsResumption()
         result: ProbeResult = await probe(self.target, self.ctx.config.node,
-                                          tls_session=self._tls_session,
-                                          on_session=self._keep_session)
-        if not result.ok:
-            self._tls_session = None
+                                          resume=self._resume)
         self.metrics.record(self.target, result.ok, result.rtt_seconds)
         detail = _detail(self.target)
         if result.rtt_seconds is not None:

@@ -181,18 +181,24 @@ def fields_match(requirements: list[tuple[str, tuple[str, str], str]], obj: Obj)
 class FakeKube:
     """The test API server. See the module docstring."""
 
-    def __init__(self, *, ready_delay: float = 0.3, replace_delay: float = 0.05) -> None:
+    def __init__(self, *, ready_delay: float = 0.3, replace_delay: float = 0.05,
+                 server_names: tuple[str, ...] = ()) -> None:
+        """``server_names``: extra addresses/names for the server certificate (e.g. the
+        address edge namespaces reach it on); 127.0.0.1, ::1 and localhost always."""
         import trustme  # noqa: PLC0415 - lab dependency
 
         self.ready_delay, self.replace_delay = ready_delay, replace_delay
         self.ca = trustme.CA()
-        self._server_cert = self.ca.issue_cert("127.0.0.1", "localhost", "::1")
+        self._server_cert = self.ca.issue_cert("127.0.0.1", "localhost", "::1",
+                                               *server_names)
         self.nodes: dict[str, Obj] = {}
         self._pods: dict[tuple[str, str], Obj] = {}
         self._daemonsets: list[_DaemonSet] = []
         self.events: list[Obj] = []
-        self.deletions: list[tuple[str, str, str, str]] = []
-        """(namespace, name, uid, user) of every pod deleted."""
+        self.deletions: list[Obj] = []
+        """Every pod deleted, as it was when deleted (``spec.nodeName``, uid, ...)."""
+        self.deleted_by: list[str] = []
+        """The user who made each deletion, parallel to :attr:`deletions`."""
         self.requests: list[Logged] = []
         self.on_replace: list[Callable[[Obj, Obj], None]] = []
         self._tokens: dict[str, str] = {}
@@ -244,12 +250,15 @@ class FakeKube:
                 and (node is None or p["spec"].get("nodeName") == node)]
 
     def pod_on(self, namespace: str, node: str, selector: str = "app=flannel") -> Obj:
-        """The one live pod matching ``selector`` on ``node`` (ValueError otherwise)."""
+        """The one live pod matching ``selector`` on ``node``; LookupError when there is
+        none (e.g. between a deletion and the replacement) or more than one."""
         wanted = parse_labels(selector)
-        (pod,) = [p for p in self.pods(namespace, node)
-                  if not p["metadata"].get("deletionTimestamp")
-                  and labels_match(wanted, p["metadata"].get("labels") or {})]
-        return pod
+        found = [p for p in self.pods(namespace, node)
+                 if not p["metadata"].get("deletionTimestamp")
+                 and labels_match(wanted, p["metadata"].get("labels") or {})]
+        if len(found) != 1:
+            raise LookupError(f"{len(found)} live pods {selector} in {namespace} on {node}")
+        return found[0]
 
     def _pod_obj(self, namespace: str, name: str, node: str, labels: dict[str, str], *,
                  ready: bool, owner: str | None) -> Obj:
@@ -590,7 +599,8 @@ class FakeKube:
         self._put(pod, "MODIFIED")
         answer = copy.deepcopy(pod)
         self._put(pod, "DELETED")
-        self.deletions.append((key[0], key[1], uid, request[USER]))
+        self.deletions.append(copy.deepcopy(answer))
+        self.deleted_by.append(request[USER])
         owner = (pod["metadata"].get("ownerReferences") or [{}])[0].get("name")
         for ds in self._daemonsets:
             if ds.namespace == key[0] and ds.name == owner:

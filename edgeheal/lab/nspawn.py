@@ -354,7 +354,7 @@ class Container:
         environment = {"PATH": CONTAINER_PATH, "HOME": "/root", "LANG": "C.UTF-8",
                        "SYSTEMD_PAGER": "", "SYSTEMD_COLORS": "0", **(env or {})}
         full = ["nsenter", f"--target={self.leader()}", "--mount", "--uts", "--ipc", "--net",
-                "--pid", "--root", "--wd=/", "--", "/usr/bin/env", "-i",
+                "--pid", "--root", "--wd", "--", "/usr/bin/env", "-i",
                 *(f"{k}={v}" for k, v in environment.items()), *argv]
         try:
             proc = subprocess.run(full, capture_output=True, text=True, input=input,
@@ -379,8 +379,16 @@ class Container:
         out = self.systemctl("show", unit, "--property=" + ",".join(props)).stdout
         return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
-    def journal(self, *args: str) -> list[dict[str, str]]:
-        """This boot's journal entries (``journalctl -o json`` objects), oldest first."""
+    def cursor(self) -> str:
+        """The journal's current end, for :meth:`journal` ``after=``."""
+        out = self.run(["journalctl", "--lines=1", "--no-pager", "--output=json"]).stdout
+        return str(json.loads(out.splitlines()[-1])["__CURSOR"])
+
+    def journal(self, *args: str, after: str | None = None) -> list[dict[str, str]]:
+        """This boot's journal entries (``journalctl -o json`` objects), oldest first;
+        only those after the cursor ``after`` when given."""
+        if after is not None:
+            args = (f"--after-cursor={after}", *args)
         out = self.run(["journalctl", "--boot", "--no-pager", "--output=json",
                         "--output-fields=MESSAGE,_SYSTEMD_UNIT,UNIT,SYSLOG_IDENTIFIER,"
                         "_PID,__MONOTONIC_TIMESTAMP,JOB_RESULT,JOB_TYPE", *args]).stdout

@@ -115,13 +115,34 @@ async def _wait_fd(fd: int, *, write: bool) -> None:
         (loop.remove_writer if write else loop.remove_reader)(fd)
 
 
+class TlsResumption:
+    """TLS state kept between probes of one target: the context and the last session.
+
+    Resuming the session (TLS 1.3 ticket / 1.2 session id) skips the certificate chain and
+    the key exchange, which is most of a TLS probe's bytes. A session can only be resumed
+    with the context that made it, so both are kept; a failed probe drops both (a changed
+    CA file is then read again).
+    """
+
+    def __init__(self) -> None:
+        self.context: ssl.SSLContext | None = None
+        self.session: ssl.SSLSession | None = None
+
+    def reset(self) -> None:
+        self.context = self.session = None
+
+
 async def open_socket(target: MqttTarget, stage: list[str],
-                      tls_session: ssl.SSLSession | None = None) -> socket.socket:
+                      resume: TlsResumption | None = None) -> socket.socket:
     """A connected (and, with ``tls``, handshaken) non-blocking socket.
 
     ``stage`` receives the step in progress, so a deadline can say where it struck.
     """
-    ctx = tls_context(target) if target.tls else None
+    ctx: ssl.SSLContext | None = None
+    if target.tls:
+        ctx = resume.context if resume is not None and resume.context else tls_context(target)
+        if resume is not None:
+            resume.context = ctx
     stage[0] = "resolving the host"
     infos = await _resolve(target)
     loop = asyncio.get_running_loop()
@@ -148,7 +169,7 @@ async def open_socket(target: MqttTarget, stage: list[str],
     if ctx is None:
         return sock
     stage[0] = "TLS handshake"
-    return await _tls_handshake(target, ctx, sock, tls_session)
+    return await _tls_handshake(target, ctx, sock, resume.session if resume else None)
 
 
 async def _tls_handshake(target: MqttTarget, ctx: ssl.SSLContext, sock: socket.socket,
@@ -240,12 +261,12 @@ class Connection:
 
     def __init__(self, target: MqttTarget, node: str, *, keepalive: float = 60.0,
                  will: tuple[str, bytes] | None = None,
-                 tls_session: ssl.SSLSession | None = None) -> None:
+                 resume: TlsResumption | None = None) -> None:
         self.target = target
         self.node = node
         self.keepalive = max(1, round(keepalive))
         self.will = will
-        self.tls_session = tls_session
+        self.resume = resume
         self.loop = asyncio.get_running_loop()
         self.stage = ["starting"]
         self.connected = False
@@ -277,7 +298,7 @@ class Connection:
         target = self.target
         password = read_password(target)
         began = time.monotonic()
-        sock = await open_socket(target, self.stage, self.tls_session)
+        sock = await open_socket(target, self.stage, self.resume)
         self.tcp_seconds = time.monotonic() - began
         self._tap = tap = _Tap(sock)
         v5 = target.protocol == "5"
@@ -489,27 +510,30 @@ def _margin(timeout: float) -> float:
 
 
 async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
-                tls_session: ssl.SSLSession | None = None,
-                on_session: Any = None) -> ProbeResult:
+                resume: TlsResumption | None = None) -> ProbeResult:
     """One CONNECT/CONNACK/DISCONNECT under one deadline; never raises for the peer."""
     limit = limit if limit is not None else _margin(target.timeout)
     conn = Connection(target, node, keepalive=max(60.0, target.keepalive),
-                      tls_session=tls_session)
+                      resume=resume)
     try:
         async with asyncio.timeout(limit):
             rtt = await conn.connect()
     except MqttError as err:
         conn.abort()
+        if resume is not None:
+            resume.reset()
         return ProbeResult(err.reason, None, err.message, conn.tcp_seconds)
     except TimeoutError:
         stage = conn.stage[0]
         conn.abort()
+        if resume is not None:
+            resume.reset()
         return ProbeResult("timeout", None, f"{where(target)}: no progress within "
                            f"{limit:g}s ({stage})", conn.tcp_seconds)
     except BaseException:
         conn.abort()
         raise
-    if on_session is not None:
-        on_session(conn.session)
+    if resume is not None:
+        resume.session = conn.session
     await conn.disconnect(min(1.0, limit))
     return ProbeResult("ok", rtt, f"CONNACK in {rtt * 1000:.1f} ms", conn.tcp_seconds)

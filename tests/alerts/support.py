@@ -55,7 +55,7 @@ def harness(tmp_path: Path, toml: str = "", *, clock: Clock | None = None,
     empty = Snapshot(node="edge-7", checks={}, started_mono=0.0, taken_mono=0.0)
     ctx = Context(config=cfg, registry=registry or CollectorRegistry(), clock=clock,
                   snapshot=lambda: empty, emit=events.append,
-                  control=lambda name, handler: handlers.__setitem__(name, handler))
+                  control=handlers.__setitem__)
     return Harness(ctx, clock, handlers, events)
 
 

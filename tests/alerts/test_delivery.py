@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,14 @@ def messages(path: Path, topic_suffix: str) -> list[dict[str, Any]]:
     return out
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.02)
+async def until(predicate: Callable[[], bool], within: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds; fail after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"condition not met within {within:g}s")
 
 
 class Running:

@@ -61,7 +61,7 @@ def test_a_payload_validates_against_the_schema_and_says_when_it_was_raised() ->
 
 
 def test_an_unknown_kind_is_a_programming_error() -> None:
-    with pytest.raises(KeyError, match="not.a_kind"):
+    with pytest.raises(KeyError, match=r"not\.a_kind"):
         build("not.a_kind", node="n", message="m", wall=Clock().wall())
 
 
@@ -152,7 +152,7 @@ async def test_a_worse_reason_while_the_problem_lasts_keeps_the_correlation(
     ("wireguard", State.FAILED, "no_such_reason", True, "check.failed", "critical"),
     ("other", State.DEGRADED, "slow", True, "check.failed", "warning"),
 ])
-async def test_the_kind_and_severity_follow_the_check_and_the_table(
+async def test_the_kind_and_severity_follow_the_check_and_the_table(  # noqa: PLR0917
         tmp_path: Path, name: str, state: State, reason: str, required: bool, kind: str,
         severity: str) -> None:
     toml = ('[[mqtt.targets]]\nname = "broker-direct"\nhost = "127.0.0.1"\n'

@@ -121,7 +121,7 @@ def test_a_pending_alert_can_be_updated_in_place(tmp_path: Path) -> None:
     entry = box.latest(DROPPED_KIND)
     assert entry is not None
     assert box.replace(entry.seq, b'{"n":2}')
-    assert [e.payload for e in box.entries()][0] == b'{"n":2}'
+    assert box.entries()[0].payload == b'{"n":2}'
     assert [e.id for e in box.entries()] == ["d", "a0000"]
 
 

@@ -10,6 +10,7 @@ from edgeheal import config
 from edgeheal.checks import mqtt as mqtt_check
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from edgeheal.model import State
+from edgeheal.mqtt import REASONS
 from edgeheal.paths import path_verdict
 from tests.alerts.support import harness, snapshot, status
 from tests.mqtt.conftest import USER
@@ -61,8 +62,6 @@ async def test_the_alert_target_is_read_from_the_link_not_probed(
 
 
 def test_every_reason_maps_to_exactly_one_state_and_the_docstring_lists_it() -> None:
-    from edgeheal.mqtt import REASONS
-
     assert set(REASONS) | {"connecting"} == set(mqtt_check.STATES)
     for reason in mqtt_check.STATES:
         assert f"``{reason}``" in (mqtt_check.__doc__ or "")
@@ -122,3 +121,17 @@ def test_checks_without_results_do_not_count() -> None:
     cfg = config.loads(PATHS_TOML)
     snap = snapshot(status("t", FAILED), status("d", UNKNOWN, "pending", runs=0))
     assert path_verdict(snap, cfg)["direct"] == "unknown"
+
+
+@pytest.mark.netns
+async def test_tls_probes_resume_the_session_run_after_run(
+        broker: Mosquitto, tmp_path: Path) -> None:
+    pw = broker.password_file_for(USER)
+    h = harness(tmp_path, f'[[mqtt.targets]]\nname = "tls"\nhost = "{broker.host}"\n'
+                f'port = {broker.tls_port}\ntls = true\nca_file = "{broker.ca_file}"\n'
+                f'username = "{USER}"\npassword_file = "{pw}"\n')
+    (check,) = mqtt_check._factory(h.ctx)
+    for _ in range(3):
+        result = await check.run()
+        assert (result.state, result.reason) == (State.OK, "ok"), result.message
+    assert check._resume.session is not None  # type: ignore[attr-defined]

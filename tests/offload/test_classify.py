@@ -46,11 +46,12 @@ def test_globs_select_interfaces_and_report_patterns_that_match_nothing() -> Non
 DRIVERS = {
     "veth": (Outcome.FIXED_OFF, Outcome.CHANGED, Outcome.FIXED_OFF),
     "virtio_net": (Outcome.FIXED_OFF, Outcome.CHANGED, Outcome.FIXED_OFF),
+    "e1000e": (Outcome.FIXED_OFF, Outcome.CHANGED, Outcome.FIXED_OFF),
     "loopback": (Outcome.FIXED_OFF, Outcome.FIXED_ON, Outcome.FIXED_OFF),
     "qeth": (Outcome.CHANGED, Outcome.FIXED_OFF, Outcome.FIXED_OFF),
     "smsc95xx": (Outcome.CHANGED, Outcome.FIXED_OFF, Outcome.FIXED_OFF),
     "gianfar": (Outcome.ALREADY_OFF, Outcome.FIXED_OFF, Outcome.FIXED_OFF),
-    "usb_nic_no_csum": (Outcome.FIXED_OFF, Outcome.FIXED_OFF, Outcome.FIXED_OFF),
+    "wan_no_csum": (Outcome.FIXED_OFF, Outcome.FIXED_OFF, Outcome.FIXED_OFF),
     "bonding": (Outcome.FIXED_OFF, Outcome.CHANGED, Outcome.FIXED_OFF),
 }
 
@@ -107,7 +108,8 @@ def test_permission_denied_is_reported_per_interface_and_nothing_claims_off() ->
 
 
 def test_fixtures_recorded_on_this_kernel_use_only_known_feature_names() -> None:
-    for name in ("veth", "virtio_net", "loopback"):
+    # full listings (5.x-6.18 kernels): every name is in the table
+    for name in ("veth", "virtio_net", "loopback", "e1000e"):
         unknown = set(fixture(name)) - ETHTOOL_ALIASES - set(KERNEL_FEATURES)
         assert not unknown, (name, unknown)
 

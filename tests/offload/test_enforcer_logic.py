@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from edgeheal.checks import Event
+from edgeheal import config
+from edgeheal.checks import Context, Event, Serving
+from edgeheal.checks import offload as offload_check
 from edgeheal.enforce import DRIFT_EVENT, Enforcer
+from edgeheal.model import State
 from tests.offload.helpers import CSUM, FixtureSource, fixture
 
 
@@ -77,3 +80,34 @@ async def test_an_interface_that_goes_away_drops_its_series() -> None:
         assert _enabled(reg, "wwan0", "tx-checksum-ip-generic") is None
     finally:
         await enforcer.close()
+
+
+def _context(toml: str) -> Context:
+    cfg = config.loads(toml)
+    return Context(config=cfg, registry=CollectorRegistry(), clock=lambda: 0.0,
+                   snapshot=lambda: None,  # type: ignore[arg-type,return-value]
+                   emit=lambda event: None)
+
+
+def test_no_interfaces_configured_means_no_check() -> None:
+    assert offload_check._factory(_context("[offload]\ninterfaces = []\n")) == []
+
+
+async def test_the_check_serves_the_reconciler_and_reports_through_the_table() -> None:
+    (check,) = offload_check._factory(_context('[offload]\ninterfaces = ["wwan*"]\n'))
+    assert check.name == "offload"
+    assert isinstance(check, Serving)
+    assert isinstance(check, offload_check.OffloadCheck)
+    source = FixtureSource({"wwan0": fixture("veth")})
+    check.enforcer._make_source = lambda: source
+    try:
+        result = await check.run()
+        assert (result.state, result.reason) == (State.OK, "ok")
+        assert result.detail["interfaces"]["wwan0"]["tx-checksum-ip-generic"] == "changed"
+        source.turn_on("wwan0", "tx-checksum-ip-generic")
+        result = await check.run()
+        assert (result.state, result.reason) == (State.OK, "drift_corrected")
+        result = await check.run()
+        assert result.reason == "ok"
+    finally:
+        await check.close()

@@ -117,7 +117,8 @@ async def test_delete_then_watch_until_the_replacement_is_ready(api: FakeKube,
     assert new.phase == "Running"
     assert time.monotonic() - began >= api.ready_delay  # it waited for Ready
     assert any("watch=true" in r.query for r in api.requests)
-    assert [d[1] for d in api.deletions] == [pod.name]
+    assert [d["metadata"]["name"] for d in api.deletions] == [pod.name]
+    assert api.deletions[0]["spec"]["nodeName"] == NODE
     assert Pod.from_json(api.pod_on(NS, OTHER)).ready  # the other node is untouched
 
 

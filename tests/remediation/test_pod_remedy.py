@@ -39,8 +39,9 @@ async def test_restart_deletes_exactly_this_nodes_pod_and_waits_for_ready(
     other = api.pod_on(NS, OTHER)
     outcome = await PodRemedy(client, SETTINGS, node=NODE).restart()
     assert outcome.target == f"pod {NS}/{old['metadata']['name']}"
-    assert [(d[1], d[2]) for d in api.deletions] == [(old["metadata"]["name"],
-                                                      old["metadata"]["uid"])]
+    assert [(d["metadata"]["name"], d["metadata"]["uid"], d["spec"]["nodeName"])
+            for d in api.deletions] == [(old["metadata"]["name"], old["metadata"]["uid"],
+                                         NODE)]
     new = api.pod_on(NS, NODE)
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     assert new["status"]["phase"] == "Running"
@@ -92,7 +93,7 @@ async def test_the_actor_restarts_the_pod_and_records_events_and_the_condition(
         await rem.evaluate(world.snap)
         assert world.kinds() == ["remediation.restarted", "remediation.recovered"]
         assert len(api.deletions) == 1
-        assert api.deletions[0][3] == token.user
+        assert api.deleted_by == [token.user]
         await until(lambda: {e["reason"] for e in api.events} == {"FlannelRestarted",
                                                                   "FlannelRecovered"},
                     what="both Node events")

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import pytest
 
 from edgeheal.lab.netns import run
 from edgeheal.lab.wireguard import WgMesh
 from edgeheal.model import State
+from tests.wireguard.conftest import wireguard_go_processes
 from tests.wireguard.live import FAIL_AFTER, GRACE, INTERVAL, RECOVER_AFTER, Driver
 
 pytestmark = pytest.mark.netns
@@ -39,7 +41,9 @@ async def healthy(mesh: WgMesh, driver: Driver) -> None:
     await driver.until(lambda s: s.status.state is State.OK, 10, "ok at start")
 
 
-async def test_a_healthy_tunnel_is_ok_and_detail_lists_every_peer(mesh3: WgMesh) -> None:
+async def test_a_healthy_tunnel_is_ok_and_detail_lists_every_peer(
+        mesh3: WgMesh, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     driver = Driver.for_mesh(mesh3)
     await healthy(mesh3, driver)
     sample = await driver.step()
@@ -52,7 +56,8 @@ async def test_a_healthy_tunnel_is_ok_and_detail_lists_every_peer(mesh3: WgMesh)
     assert rows[fp(mesh3, 1)]["handshake_age_seconds"] < 30
     assert sample.result.detail["interfaces"][mesh3.nodes[0].ifname]["reader"] == "uapi"
     assert sample.result.detail["missing"] == [mesh3.nodes[0].ifname + "x"]
-    assert mesh3.nodes[0].private_key not in repr(sample.result)
+    for node in mesh3.nodes:
+        assert node.private_key not in repr(sample.result) + caplog.text
 
 
 async def test_blackhole_is_stalled_within_the_window_then_recovers(mesh: WgMesh) -> None:
@@ -188,3 +193,18 @@ async def test_a_lossy_link_is_never_failed(mesh: WgMesh) -> None:
     log.info("lossy link: %d runs, rekey_failing in %d, raw reasons %s", len(raw),
              raw.count("rekey_failing"), sorted(set(raw)))
     print(f"lossy link: {len(raw)} runs, rekey_failing in {raw.count('rekey_failing')}")
+
+
+def test_the_harness_leaves_nothing_behind_even_when_the_test_fails(tmp_path: Path) -> None:
+    mesh = WgMesh(3, keepalive=5, log_dir=tmp_path)
+    names = [n.ns for n in mesh.nodes]
+    sockets = [n.socket for n in mesh.nodes]
+    assert all(s.exists() for s in sockets)
+    assert len(wireguard_go_processes()) == 3
+    with pytest.raises(RuntimeError, match="boom"), mesh:
+        raise RuntimeError("boom")
+    listed = run(["ip", "netns", "list"]).stdout
+    assert not [n for n in names if n in listed]
+    assert not [s for s in sockets if s.exists()]
+    assert wireguard_go_processes() == []
+    mesh.close()  # closing twice is harmless

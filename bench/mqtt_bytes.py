@@ -1,0 +1,165 @@
+"""Bytes on the wire that MQTT probing costs per day (edge boxes pay for 4G data).
+
+    python bench/mqtt_bytes.py [--probes N] [--json]
+
+Runs a real Mosquitto and the real probe/link code inside a fresh network namespace and
+counts every IP byte and packet to and from the broker port with an nftables counter in
+that namespace (IP + TCP headers included; on a 4G link there is no Ethernet header
+either). Measured: one plain probe (TCP handshake, CONNECT, CONNACK, DISCONNECT, FIN), one
+TLS probe with a full handshake and one with session resumption (what the check does from
+the second probe on), and one keepalive round (PINGREQ/PINGRESP + ACKs) of the kept-open
+alert connection. Then it extrapolates to a day with the default intervals (probe every
+60 s, keepalive 60 s) for the issue's example config: a ``tunnel`` target probed, the
+``direct`` alert target kept open. Tunnel-path packets also pay WireGuard's 60 bytes
+(outer IPv4 20 + UDP 8 + WireGuard header 16 + tag 16). Results: docs/mqtt.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WG_OVERHEAD = 60
+DAY = 86400.0
+DEFAULT_INTERVAL = 60.0
+DEFAULT_KEEPALIVE = 60.0
+BUDGET = 10_000_000
+
+
+def _counter(ns: str | None) -> tuple[int, int]:
+    argv = ["nft", "-j", "list", "counter", "inet", "ehcount", "mqtt"]
+    if ns:
+        argv = ["ip", "netns", "exec", ns, *argv]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    for item in json.loads(out)["nftables"]:
+        if "counter" in item:
+            return int(item["counter"]["packets"]), int(item["counter"]["bytes"])
+    raise RuntimeError("no counter in nft output")
+
+
+async def _inner(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs inside the namespace: the workload, with counter readings around it."""
+    from edgeheal.config import MqttTarget  # noqa: PLC0415
+    from edgeheal.mqtt.connection import TlsResumption, probe  # noqa: PLC0415
+    from edgeheal.mqtt.link import Link  # noqa: PLC0415
+
+    base = dict(name="bench", host="127.0.0.1", port=args.port, username="edge",
+                password_file=args.password_file, timeout=5.0)
+    plain = MqttTarget(**base)  # type: ignore[arg-type]
+    tls = MqttTarget(**{**base, "port": args.tls_port, "tls": True,  # type: ignore[arg-type]
+                        "ca_file": args.ca_file})
+    out: dict[str, Any] = {}
+
+    async def per_probe(target: MqttTarget, resume: bool) -> dict[str, float]:
+        state = TlsResumption() if resume else None
+        await probe(target, "bench", resume=state)  # warm-up (and the first ticket)
+        p0, b0 = _counter(None)
+        for _ in range(args.probes):
+            result = await probe(target, "bench", resume=state)
+            assert result.ok, result.message
+        p1, b1 = _counter(None)
+        return {"bytes": (b1 - b0) / args.probes, "packets": (p1 - p0) / args.probes}
+
+    out["probe_plain"] = await per_probe(plain, False)
+    out["probe_tls_full"] = await per_probe(tls, False)
+    out["probe_tls_resumed"] = await per_probe(tls, True)
+
+    link = Link(MqttTarget(**{**base, "keepalive": 1.0}), "bench")  # type: ignore[arg-type]
+    task = asyncio.create_task(link.run())
+    async with asyncio.timeout(10):
+        await link.wait_up()
+    conn = link._conn  # the bench reads the MQTT-level byte counter
+    assert conn is not None
+    tx0 = conn.byte_counts[1]
+    p0, b0 = _counter(None)
+    await asyncio.sleep(args.link_seconds)
+    p1, b1 = _counter(None)
+    pings = (conn.byte_counts[1] - tx0) / 2  # PINGREQ is 2 bytes; nothing else was sent
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await link.close()
+    out["keepalive_round"] = {"bytes": (b1 - b0) / pings, "packets": (p1 - p0) / pings,
+                              "pings": pings}
+    return out
+
+
+def per_day(m: dict[str, Any], interval: float = DEFAULT_INTERVAL,
+            keepalive: float = DEFAULT_KEEPALIVE) -> dict[str, float]:
+    probes = DAY / interval
+    pings = DAY / keepalive
+
+    def tunnel(key: str) -> float:
+        return probes * (m[key]["bytes"] + WG_OVERHEAD * m[key]["packets"])
+
+    alert_link = pings * m["keepalive_round"]["bytes"]
+    return {
+        "tunnel_probe_plain": tunnel("probe_plain"),
+        "tunnel_probe_tls_resumed": tunnel("probe_tls_resumed"),
+        "tunnel_probe_tls_full": tunnel("probe_tls_full"),
+        "alert_link_keepalive": alert_link,
+        "example_config_plain": tunnel("probe_plain") + alert_link,
+        "example_config_tls": tunnel("probe_tls_resumed") + alert_link,
+    }
+
+
+def measure(probes: int = 20, link_seconds: float = 3.5) -> dict[str, Any]:
+    from edgeheal.lab.mosquitto import Mosquitto  # noqa: PLC0415
+    from edgeheal.lab.netns import Sandbox  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp, Sandbox() as sb:
+        ns = sb.netns("mb")
+        broker = Mosquitto(sb, Path(tmp), ns=ns, users={"edge": "bench-pw"}, tls=True)
+        broker.start()
+        ports = f"{{ {broker.port}, {broker.tls_port} }}"
+        sb.nft(ns, "table inet ehcount {\n counter mqtt { }\n chain out {\n"
+                   "  type filter hook output priority 0;\n"
+                   f"  tcp dport {ports} counter name mqtt\n"
+                   f"  tcp sport {ports} counter name mqtt\n }}\n}}\n")
+        argv = ["ip", "netns", "exec", ns, sys.executable, __file__, "--inner",
+                "--port", str(broker.port), "--tls-port", str(broker.tls_port),
+                "--ca-file", broker.ca_file, "--password-file",
+                broker.password_file_for("edge"), "--probes", str(probes),
+                "--link-seconds", str(link_seconds)]
+        began = time.monotonic()
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"bench workload failed: {done.stderr[-2000:]}")
+        measured = json.loads(done.stdout)
+        return {"measured": measured, "per_day_bytes": per_day(measured),
+                "budget_bytes_per_day": BUDGET, "seconds": round(time.monotonic() - began, 1)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--probes", type=int, default=20)
+    parser.add_argument("--link-seconds", type=float, default=3.5)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--tls-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ca-file", help=argparse.SUPPRESS)
+    parser.add_argument("--password-file", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        print(json.dumps(asyncio.run(_inner(args))))
+        return 0
+    result = measure(args.probes, args.link_seconds)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    for key, value in result["measured"].items():
+        print(f"{key:20s} {value['bytes']:8.0f} bytes  {value['packets']:5.1f} packets")
+    for key, value in result["per_day_bytes"].items():
+        print(f"{key:26s} {value / 1e6:7.2f} MB/day")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
