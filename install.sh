@@ -68,7 +68,9 @@ if [ "$lab" -eq 1 ]; then
              iputils-ping)
 fi
 if [ "$dev" -eq 1 ]; then
-  packages+=(prometheus dbus shellcheck)
+  packages+=(prometheus dbus shellcheck debootstrap systemd-container util-linux)
+  # the polkit rule's test evaluates it with Node.js; keep a Node.js that is already there
+  command -v node >/dev/null || packages+=(nodejs)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -33,6 +33,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--keep", action="store_true",
                    help="keep the working directory (logs of every process)")
     p.add_argument("--quiet", action="store_true", help="no live timeline")
+    p.add_argument("--quick", action="store_true",
+                   help="shortened long scenarios (lossy-link 90 s, flapping-uplink 3 flaps)")
     p.set_defaults(func=run)
 
 
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(run_scenario(scenario, workdir, edges=args.edges,
                                           agent=False if args.no_agent else None,
-                                          live=not args.quiet))
+                                          live=not args.quiet, quick=args.quick))
     except KeyboardInterrupt:
         print("edgeheal lab: interrupted; everything it made was removed", file=sys.stderr)
         return ExitCode.CONDITION_FALSE

@@ -58,6 +58,9 @@ class Lab:
         self.deletions_seen = 0
         self.events_seen = 0
         self.remediation = "pod"
+        self.outage = 90.0
+        self.loss_seconds = 300.0
+        self.flaps = 10
 
     # --- time and notes ------------------------------------------------------------------
 
@@ -226,8 +229,9 @@ class Scenario:
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
-                       agent: bool | None = None, live: bool = True,
+                       agent: bool | None = None, live: bool = True, quick: bool = False,
                        out: Any = sys.stdout) -> dict[str, Any]:
+    """Run one scenario; ``quick`` shortens the long ones (lossy 90 s, 3 flaps) for CI."""
     world = World(workdir, edges=edges or scenario.edges,
                   agent=scenario.agent if agent is None else agent,
                   offload_on_at_boot=scenario.offload_on_at_boot)
@@ -239,6 +243,8 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
         await world.build()
         lab = Lab(world, out=out, live=live)
         lab.remediation = scenario.remediation
+        if quick:
+            lab.loss_seconds, lab.flaps = 90.0, 3
         lab.note("lab", f"world built: cloud + {len(world.edges)} edge(s), "
                  f"uplink offload {'on' if scenario.offload_on_at_boot else 'off'} at boot")
         if world.with_agent and scenario.start_agents:
@@ -254,13 +260,14 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
         error = f"{type(err).__name__}: {err}"
     finally:
         report = _report(scenario, world, lab, expectations=expectations, error=error,
-                         took=time.monotonic() - began)
+                         took=time.monotonic() - began, quick=quick)
         await world.close()
     return report
 
 
 def _report(scenario: Scenario, world: World, lab: Lab | None, *,
-            expectations: list[Expectation], error: str, took: float) -> dict[str, Any]:
+            expectations: list[Expectation], error: str, took: float,
+            quick: bool) -> dict[str, Any]:
     collectors = {e.name: world.collector_stats(e) for e in world.edges}
     alerts = world.alerts()
     kinds: dict[str, int] = {}
@@ -269,6 +276,7 @@ def _report(scenario: Scenario, world: World, lab: Lab | None, *,
     ok = not error and bool(expectations) and all(e.held for e in expectations)
     return {
         "scenario": scenario.name,
+        "quick": quick,
         "summary": scenario.summary,
         "passed": ok,
         "error": error,

@@ -46,7 +46,9 @@ class Harness:
 
 
 def harness(tmp_path: Path, toml: str = "", *, clock: Clock | None = None,
-            registry: CollectorRegistry | None = None) -> Harness:
+            registry: CollectorRegistry | None = None,
+            control: Callable[[str, Callable[[Mapping[str, Any]], Awaitable[Any]]], None]
+            | None = None) -> Harness:
     clock = clock or Clock()
     cfg = config.loads(f'[agent]\nstate_dir = "{tmp_path}/state"\nnode_name = "edge-7"\n'
                        f"{toml}")
@@ -55,7 +57,7 @@ def harness(tmp_path: Path, toml: str = "", *, clock: Clock | None = None,
     empty = Snapshot(node="edge-7", checks={}, started_mono=0.0, taken_mono=0.0)
     ctx = Context(config=cfg, registry=registry or CollectorRegistry(), clock=clock,
                   snapshot=lambda: empty, emit=events.append,
-                  control=handlers.__setitem__)
+                  control=control or handlers.__setitem__)
     return Harness(ctx, clock, handlers, events)
 
 

@@ -40,10 +40,10 @@ def broker(sandbox: Sandbox, tmp_path: Path) -> Mosquitto:
     return b
 
 
-def _toml(broker: Mosquitto, **alerts: str) -> str:
+def _toml(broker: Mosquitto, protocol: str = "3.1.1", **alerts: str) -> str:
     extra = "".join(f"{k} = {v}\n" for k, v in alerts.items())
     return (f'[[mqtt.targets]]\nname = "broker-direct"\nhost = "{broker.host}"\n'
-            f'port = {broker.port}\nusername = "{USER}"\n'
+            f'port = {broker.port}\nusername = "{USER}"\nprotocol = "{protocol}"\n'
             f'password_file = "{broker.password_file_for(USER)}"\nkeepalive = "2s"\n'
             f'timeout = "2s"\n[alerts]\ntarget = "broker-direct"\nreconnect_max = "1s"\n'
             f"{extra}")
@@ -105,11 +105,13 @@ async def start(tmp_path: Path) -> AsyncIterator[Callable[[str], Running]]:
             await r.stop()
 
 
+@pytest.mark.parametrize("protocol", ["3.1.1", "5"])
 async def test_alerts_arrive_in_order_and_leave_the_outbox_on_puback(
-        broker: Mosquitto, tmp_path: Path, start: Callable[[str], Running]) -> None:
+        broker: Mosquitto, tmp_path: Path, start: Callable[[str], Running],
+        protocol: str) -> None:
     out = tmp_path / "sub.out"
     broker.subscribe("edgeheal/edge-7/alerts", out, user=USER)
-    run = start(_toml(broker))
+    run = start(_toml(broker, protocol))
     ids = (await run.h.handlers["alert.test"]({"count": 20}))["ids"]
     await until(lambda: len(messages(out, "/alerts")) >= 21)
     got = messages(out, "/alerts")

@@ -80,6 +80,8 @@ def test_a_bad_alert_target_or_keepalive_is_a_config_error_naming_the_key() -> N
         config.loads("[alerts]\noutbox_max_count = 0\n")
     with pytest.raises(config.ConfigError, match=r"alerts\.topic_prefix"):
         config.loads('[alerts]\ntopic_prefix = "a/#"\n')
+    with pytest.raises(config.ConfigError, match=r"mqtt\.targets\[0\]\.username"):
+        config.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\npassword_file = "/p"\n')
 
 
 # --- the path verdict (pure, table-driven) -------------------------------------------------

@@ -1,0 +1,130 @@
+"""The kept-open connection: backoff, reconnect, keepalive loss, publish without a link."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+
+import pytest
+
+from edgeheal.config import MqttTarget
+from edgeheal.lab.mosquitto import Mosquitto
+from edgeheal.mqtt import MqttError
+from edgeheal.mqtt.link import Link
+from tests.mqtt.conftest import target_for
+
+
+async def until(predicate: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"condition not met within {within:g}s")
+
+
+@pytest.mark.parametrize(("attempt", "low", "high"), [
+    (1, 0.5, 1.0), (2, 1.0, 2.0), (3, 2.0, 4.0), (6, 16.0, 32.0), (7, 30.0, 60.0),
+    (30, 30.0, 60.0),
+])
+def test_the_backoff_doubles_is_jittered_in_its_upper_half_and_capped(
+        attempt: int, low: float, high: float) -> None:
+    link = Link(MqttTarget(name="x", host="h"), "n", min_delay=1.0, max_delay=60.0,
+                rng=random.Random(7))
+    delays = [link.backoff(attempt) for _ in range(200)]
+    assert all(low <= d <= high for d in delays)
+    assert max(delays) - min(delays) > (high - low) / 4  # really jittered
+
+
+async def test_publishing_without_a_connection_fails_at_once() -> None:
+    link = Link(MqttTarget(name="x", host="h"), "n")
+    with pytest.raises(MqttError, match="not connected") as err:
+        await link.publish("t", b"x")
+    assert err.value.reason == "unreachable"
+
+
+@pytest.mark.netns
+async def test_the_link_reconnects_after_the_broker_comes_back(broker: Mosquitto) -> None:
+    link = Link(target_for(broker, keepalive=2.0, timeout=1.0), "edge-1", max_delay=0.5)
+    task = asyncio.create_task(link.run(), name="test.link")
+    try:
+        await until(lambda: link.connected)
+        assert link.state.reason == "ok"
+        assert link.generation == 1
+        await link.publish("edgeheal/test", b"one")  # PUBACK arrives
+        broker.stop()
+        await until(lambda: not link.connected)
+        assert link.state.reason == "unreachable"
+        broker.start()
+        await until(lambda: link.connected)
+        assert link.generation == 2
+        assert link.state.connects == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await link.close()
+
+
+class Blackhole:
+    """A TCP forwarder to the broker that can start swallowing bytes without closing."""
+
+    def __init__(self, port: int) -> None:
+        self.upstream, self.swallow, self.port = port, False, 0
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+        self.tasks: list[asyncio.Task[object]] = []
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.append(task)
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+        self.writers += [writer, up_writer]
+        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer),
+                             return_exceptions=True)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(4096):
+            if not self.swallow:
+                writer.write(data)
+                await writer.drain()
+
+    async def close(self) -> None:
+        for w in self.writers:
+            w.close()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest.mark.netns
+async def test_a_silently_dead_path_is_noticed_by_keepalive_within_two_periods(
+        broker: Mosquitto) -> None:
+    hole = Blackhole(broker.port)
+    await hole.start()
+    link = Link(target_for(broker, port=hole.port, keepalive=1.0, timeout=1.0), "edge-1",
+                max_delay=0.5)
+    task = asyncio.create_task(link.run(), name="test.link")
+    try:
+        await until(lambda: link.connected)
+        await asyncio.sleep(0)
+        hole.swallow = True  # packets vanish; nothing is closed
+        began = time.monotonic()
+        await until(lambda: not link.connected, 6)
+        assert link.state.reason == "timeout"
+        assert "keepalive" in link.state.message
+        assert time.monotonic() - began < 2 * 1.0 + 2 * 1.0 + 1.5  # 2 periods + ticks
+        with pytest.raises(MqttError):
+            await link.publish("edgeheal/test", b"x")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await link.close()
+        await hole.close()
