@@ -164,7 +164,8 @@ async def bench_incident(k: int) -> dict[str, Any]:
         return {"fault": "incident (bad handshake checksums)", "hs": hs,
                 "rekey": (raw - hs, eff - hs), "failed": (fraw - hs, feff - hs),
                 "floor_rekey": 120 + k + 5.0, "limits": limits,
-                "csum_errors": mesh.in_csum_errors(b)}
+                "csum_errors": sum(mesh.in_csum_errors(n) for n in mesh.nodes),
+                "corrupted": sum(mesh.fault_counter(n) for n in mesh.nodes)}
     finally:
         mesh.close()
 
@@ -217,8 +218,9 @@ def write(out: Path, *, k: int, rows: list[dict[str, Any]], incident: dict[str, 
             f"| incident: tunnel dead | 180.0 s | {incident['failed'][0]:.1f} s | "
             f"{incident['failed'][1]:.1f} s | dead_after {lim.dead_after:g} s or "
             f"rx_stall_after after the session expires |",
-            "", f"In the incident run the receiver counted {incident['csum_errors']} UDP "
-            "`InCsumErrors`. The warning came "
+            "", f"In the incident run nftables corrupted {incident['corrupted']} handshake "
+            f"packets and the receivers counted {incident['csum_errors']} UDP "
+            "`InCsumErrors` (every one was dropped). The warning came "
             f"{180 - incident['rekey'][1]:.0f} s before the session expired; a classic "
             "\"handshake older than 5 minutes\" alarm would have fired "
             f"{300 - incident['failed'][1]:.0f} s after this check declared the tunnel dead.",

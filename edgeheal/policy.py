@@ -14,8 +14,10 @@ The ladder (first matching rule wins):
    carries traffic and the incident's cause (TX checksum offload) is cured by the offload
    enforcer alone; the action records the offload check's state.
 3. a *failed* tunnel: WireGuard ``failed`` with reason ``stalled``/``dead``/
-   ``never_connected``, or a tunnel-path MQTT target ``failed`` while every direct-path
-   target is ``ok``. Anything else (``unknown``, not yet measured) is no evidence: no action.
+   ``never_connected`` (or ``no_peers``/``interface_missing``: Flannel lost the peers or
+   the device it manages, which a restart rebuilds), or a tunnel-path MQTT target
+   ``failed`` while every direct-path target is ``ok``. Anything else (``unknown``, not
+   yet measured) is no evidence: no action.
 4. a failed tunnel passes the safeguards in this order, each a ``skip`` with its reason:
    ``paused`` (operator), ``circuit_open``, ``direct_path_down`` (a direct-path target
    fails too: the uplink or the cloud is down, a restart cannot help), ``mode_none``,
@@ -65,12 +67,18 @@ WINDOW = 3600.0
 KEEP = 50
 """History entries kept (the newest); older ones cannot matter to any window."""
 HISTORY_FILE = "remediation-history.json"
-FAILED_REASONS = frozenset({"stalled", "dead", "never_connected"})
-"""WireGuard reasons that mean the tunnel carries nothing: the restart rung."""
+FAILED_REASONS = frozenset({"stalled", "dead", "never_connected", "no_peers",
+                            "interface_missing"})
+"""WireGuard reasons that mean the tunnel carries nothing: the restart rung. ``no_peers``
+and ``interface_missing`` are Flannel's own state gone wrong (it lost the peers or the
+device it manages): exactly what a restart rebuilds from the cluster's data."""
 DEGRADED_REASONS = frozenset({"rekey_failing"})
 
 ActionKind = Literal["restart", "skip", "watch", "open_circuit", "close_circuit"]
-Result = Literal["recovered", "not_recovered", "failed", "config_problem", "dry_run"]
+Result = Literal["recovered", "not_recovered", "failed", "config_problem", "dry_run",
+                 "in_progress", "interrupted"]
+"""``in_progress`` is persisted *before* the remedy runs, so an agent killed mid-restart
+still counts the attempt (cooldown, budget, circuit); it reads back as ``interrupted``."""
 CURED: frozenset[str] = frozenset({"recovered"})
 
 
@@ -131,13 +139,25 @@ class History:
     # --- pure updates -------------------------------------------------------------------
 
     def with_record(self, record: Record) -> History:
-        """Add a restart attempt; a real attempt that did not cure counts toward the circuit."""
+        """Add a restart attempt; a real attempt that did not cure counts toward the circuit.
+        An ``in_progress`` attempt counts as not cured until :meth:`finished` says so (if it
+        cured, the healthy tunnel clears the streak anyway)."""
         in_row = self.failures_in_row
         if record.result in CURED:
             in_row = 0
         elif record.result != "dry_run":
             in_row += 1
         return replace(self, records=(*self.records, record)[-KEEP:], failures_in_row=in_row)
+
+    def finished(self, record: Record) -> History:
+        """Replace the ``in_progress`` attempt started at ``record.mono`` by its outcome."""
+        for i in range(len(self.records) - 1, -1, -1):
+            old = self.records[i]
+            if old.result == "in_progress" and old.mono == record.mono:
+                records = (*self.records[:i], record, *self.records[i + 1:])
+                in_row = 0 if record.result in CURED else self.failures_in_row
+                return replace(self, records=records, failures_in_row=in_row)
+        return self.with_record(record)
 
     def opened(self) -> History:
         return replace(self, circuit_open=True)
@@ -351,8 +371,10 @@ def load(path: Path, timeline: Timeline) -> History:
             boottime = r["boottime"]
             mono = (timeline.to_mono(float(boottime))
                     if same_boot and boottime is not None else None)
+            result = str(r["result"])
             records.append(Record(mono=mono, wall=str(r["wall"]), mode=str(r["mode"]),
-                                  reason=str(r["reason"]), result=str(r["result"]),
+                                  reason=str(r["reason"]),
+                                  result="interrupted" if result == "in_progress" else result,
                                   duration=float(r["duration"]), target=str(r["target"]),
                                   action=str(r.get("action", "restart"))))
         raw_pause = data["paused_until_boottime"]

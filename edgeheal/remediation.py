@@ -303,6 +303,10 @@ class Remediator:
             return
         self.busy = action.reason
         log.warning("remediation: restarting Flannel (%s): %s", self.mode, action.message)
+        # persisted before acting: an agent killed mid-restart still counts this attempt
+        self._store(self.history.with_record(Record(
+            mono=began, wall=rfc3339(wall), mode=self.mode, reason=action.reason,
+            result="in_progress", duration=0.0)))
         target, result = "", "failed"
         try:
             try:
@@ -314,6 +318,9 @@ class Remediator:
                            {**detail, "result": result}, correlation)
                 log.error("remediation: restart failed (%s): %s", result, err)
                 return
+            except asyncio.CancelledError:
+                result = "interrupted"  # the agent is stopping: neither cured nor failed
+                raise
             except TimeoutError:
                 self._emit("remediation.failed",
                            f"restart did not finish within {self._restart_bound():g}s",
@@ -342,9 +349,10 @@ class Remediator:
             duration = self.clock() - began
             self.busy = None
             self.duration.observe(duration)
-            self._record(Record(mono=began, wall=rfc3339(wall), mode=self.mode,
-                                reason=action.reason, result=result, duration=duration,
-                                target=target))
+            self.restarts.labels(action="restart", result=result).inc()
+            self._store(self.history.finished(Record(
+                mono=began, wall=rfc3339(wall), mode=self.mode, reason=action.reason,
+                result=result, duration=duration, target=target)))
             log.info("remediation: restart %s after %.1fs (%s)", result, duration,
                      target or "no target")
 

@@ -15,7 +15,9 @@ Reasons (closed table; each maps to exactly one state)::
                                  120 s + K + 3 x 5 s): rekey attempts go unanswered while
                                  the session still works; it dies at 180 s (the incident)
     stalled            failed    rx flat for rx_stall_after (auto: 2.5 x K) while tx grows,
-                                 on a peer with keepalive: nothing comes back
+                                 on a peer with keepalive: nothing comes back (a stall
+                                 that began once a rekey was due counts only after 180 s:
+                                 the peer's rekey retries suppress its keepalives)
     dead               failed    handshake older than dead_after (auto: 180 s + K): the
                                  session is refused by both ends
     never_connected    failed    no handshake ever, connect_grace after the peer appeared
@@ -193,8 +195,14 @@ def classify(hist: PeerHistory, now: float, limits: Thresholds) -> tuple[str, st
         return "dead", (f"last handshake {age:.0f}s ago (> {limits.dead_after:g}s): "
                         "the session has expired")
     silent = now - hist.rx_grew_at
+    # While a rekey is due, the initiator's handshake retries (every 5 s) re-arm its
+    # persistent-keepalive timer, so it sends no keepalives: on the responder rx goes flat
+    # although the session still works. Until the session expires, a stall that began
+    # once the rekey was due is the rekey's problem, reported by the age rules below.
+    rekeying = (hist.handshake_at is not None and age < REJECT_AFTER_TIME
+                and hist.rx_grew_at - hist.handshake_at >= REKEY_AFTER_TIME - REKEY_TIMEOUT)
     if (limits.rx_stall_after is not None and silent >= limits.rx_stall_after
-            and hist.tx > hist.tx_at_rx_growth):
+            and hist.tx > hist.tx_at_rx_growth and not rekeying):
         return "stalled", (f"nothing received for {silent:.0f}s while sending "
                            f"(> {limits.rx_stall_after:g}s)")
     if trying and age >= limits.rekey_failing_after:

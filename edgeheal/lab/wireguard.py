@@ -15,6 +15,7 @@ API (everything is recorded in a :class:`~edgeheal.lab.netns.Sandbox` and remove
         mesh.endpoint(a, b)            # "10.200.0.2:51820": where a sends b's packets
         mesh.wait_handshake(a, b)      # poll (bounded) until a reports a handshake with b
         mesh.dump(a)                   # `wg show <if> dump` rows for a's peers (lab only)
+        mesh.last_handshake(a, b)      # a's reported handshake time with b (0 = never)
         mesh.remove_peer(a, b); mesh.add_peer(a, b)
         mesh.recreate_device(a)        # what Flannel does when it rebuilds flannel-wg
         mesh.stop_node(c)              # a powered-off edge box (its daemon stops)
@@ -22,7 +23,9 @@ API (everything is recorded in a :class:`~edgeheal.lab.netns.Sandbox` and remove
                                        # output chain of both, TX offload off on uplinks
         mesh.blackhole(a, b)           # drop all tunnel UDP on arrival at both
         mesh.loss(10, a, b)            # drop 10 % of tunnel UDP on arrival at both
-        mesh.clear_faults(a, b)        # remove the nft fault table(s)
+        mesh.clear_faults(a, b)        # remove the nft fault table(s) (all nodes: no args)
+        mesh.fault_counter(a)          # packets a's fault rule has matched
+        mesh.set_tx_offload(a, on=False)  # TX checksum offload of a's veth uplinks
         mesh.in_csum_errors(b)         # Udp InCsumErrors from b's /proc/net/snmp
 
 Topology: node *i* lives in its own namespace; every pair (i, j) is joined by its own
@@ -92,10 +95,10 @@ class WgMesh:
 
     def __init__(self, nodes: int = 2, *, keepalive: int = 5, sandbox: Sandbox | None = None,
                  log_dir: Path | None = None, start_timeout: float = 10.0) -> None:
-        if not 2 <= nodes <= 50:
-            raise ValueError("a mesh needs 2 to 50 nodes")
+        if not 2 <= nodes <= 20:
+            raise ValueError("a mesh needs 2 to 20 nodes (one /24 per pair of nodes)")
         require_root()
-        require_programs("ip", "nft", "wg", "wireguard-go", "ethtool")
+        require_programs("ip", "nft", "wg", "wireguard-go", "ethtool", "ping")
         self.keepalive = keepalive
         self.sandbox = sandbox or Sandbox()
         self._own_sandbox = sandbox is None

@@ -24,7 +24,7 @@ import pytest
 
 from edgeheal import control
 from edgeheal.lab.mosquitto import Mosquitto
-from edgeheal.lab.netns import Sandbox, require_programs
+from edgeheal.lab.netns import Sandbox, require_programs, stop_process
 from tests.alerts.support import validate
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
@@ -51,11 +51,11 @@ def wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
-def alerts(path: Path) -> list[dict[str, Any]]:
+def alerts(path: Path, suffix: str = "/alerts") -> list[dict[str, Any]]:
     out = []
     for line in path.read_text().splitlines() if path.exists() else []:
         topic, _, payload = line.partition(" ")
-        if topic.endswith("/alerts"):
+        if topic.endswith(suffix):
             out.append(json.loads(payload))
     return out
 
@@ -79,6 +79,11 @@ class AgentProc:
         except control.ControlError:
             return False
         return True
+
+    def stop(self) -> None:
+        assert self.proc is not None
+        stop_process(self.proc, grace=8)
+        assert self.proc.returncode == 0, self.log.read_text()[-2000:]
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -158,3 +163,11 @@ reconnect_max = "1s"
         validate(a, "alert.schema.json")
     restarted = [a for a in alerts(received) if a["kind"] == "agent.started"]
     assert restarted[-1]["detail"]["previous_run"] == "unclean"
+
+    # a clean stop says "offline" (reason shutdown) on the retained status topic
+    agent.stop()
+    wait(lambda: alerts(received, "/status")[-1]["state"] == "offline", 10, "offline status")
+    last = alerts(received, "/status")[-1]
+    validate(last, "mqtt-status.schema.json")
+    assert (last["state"], last["reason"]) == ("offline", "shutdown")
+    assert not (state_dir / "agent.running").exists()

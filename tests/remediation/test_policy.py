@@ -63,6 +63,13 @@ CASES: list[tuple[str, dict[str, Any], History, float, dict[str, Any],
      [("restart", "wireguard_dead")]),
     ("a never-connected tunnel is restarted", {"reason": "never_connected"}, History(), 1000,
      {}, [("restart", "wireguard_never_connected")]),
+    ("a device that lost its peers (stuck Flannel) is restarted", {"reason": "no_peers"},
+     History(), 1000, {}, [("restart", "wireguard_no_peers")]),
+    ("a missing device (Flannel did not rebuild it) is restarted",
+     {"reason": "interface_missing"}, History(), 1000, {},
+     [("restart", "wireguard_interface_missing")]),
+    ("cooldown 0 allows back-to-back restarts", {}, history(restart_at(999.0)), 1000,
+     {"cooldown": 0.0}, [("restart", "wireguard_stalled")]),
     ("an unknown tunnel is no evidence", {"wg": UNK, "reason": "check_timeout"}, History(),
      1000, {}, []),
     ("a failed state with another reason is not a restart rung",
@@ -323,3 +330,27 @@ def test_a_new_boot_keeps_the_circuit_but_not_the_time_windows(tmp_path: Path) -
 def test_an_indefinite_pause_survives_a_reboot(tmp_path: Path) -> None:
     policy.save(tmp_path / "h.json", History(paused_until=math.inf), Timeline("a", 0.0))
     assert policy.load(tmp_path / "h.json", Timeline("b", 0.0)).paused_until == math.inf
+
+
+def test_an_attempt_is_counted_before_it_finishes_and_completed_in_place() -> None:
+    h = History().with_record(restart_at(10.0, "in_progress"))
+    assert h.failures_in_row == 1  # counted while in flight
+    assert policy.budget_left(h, 20.0, SETTINGS) == SETTINGS.max_per_hour - 1
+    done = h.finished(restart_at(10.0, "recovered"))
+    assert [r.result for r in done.records] == ["recovered"]
+    assert done.failures_in_row == 0
+    failed = h.finished(restart_at(10.0, "not_recovered"))
+    assert [r.result for r in failed.records] == ["not_recovered"]
+    assert failed.failures_in_row == 1
+
+
+def test_an_attempt_in_flight_when_the_agent_died_reads_back_as_interrupted(
+        tmp_path: Path) -> None:
+    tl = Timeline(boot_id="boot-a", offset=0.0)
+    policy.save(tmp_path / "h.json", History().with_record(restart_at(990.0, "in_progress")),
+                tl)
+    loaded = policy.load(tmp_path / "h.json", tl)
+    assert [r.result for r in loaded.records] == ["interrupted"]
+    assert loaded.failures_in_row == 1
+    (action,) = decide(view("pod"), loaded, 1000.0, SETTINGS)
+    assert action.reason == "cooldown"

@@ -13,7 +13,7 @@ import pytest
 from edgeheal import remediation
 from edgeheal.model import State
 from edgeheal.remediation import Remediator
-from edgeheal.remedies import RemedyError
+from edgeheal.remedies import Outcome, RemedyError
 from tests.remediation.support import (
     Clock,
     ScriptedRemedy,
@@ -236,3 +236,31 @@ def test_the_agent_hook_builds_one(tmp_path: Path) -> None:
     rem = remediation.build(world.ctx)
     assert isinstance(rem, Remediator)
     assert rem.view()["mode"] == "auto"
+
+
+async def test_a_restart_interrupted_by_a_kill_still_counts(tmp_path: Path) -> None:
+    """The attempt is persisted before the remedy runs: kill the agent mid-restart (here:
+    cancel the actor while the remedy hangs) and the next agent still counts it."""
+    config = make_config(tmp_path, 'mode = "pod"\ncooldown = "1h"')
+    world = World(config, Clock(step=0.01))
+    hang = asyncio.Event()
+    remedy = ScriptedRemedy("pod")
+    remedy.on_restart = None
+    rem = remediator(world, {"pod": remedy})
+    await rem.resolve()
+
+    async def restart_forever() -> Outcome:
+        remedy.calls += 1
+        await hang.wait()
+        raise AssertionError("never reached")
+
+    remedy.restart = restart_forever  # type: ignore[method-assign]
+    task = asyncio.create_task(rem.evaluate(world.snap))
+    await until(lambda: remedy.calls == 1, what="the restart to begin")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    again = remediator(World(config, world.clock), {"pod": ScriptedRemedy("pod")})
+    assert [a["result"] for a in again.view()["actions"]] == ["interrupted"]
+    assert again.view()["budget_left"] == 2
+    assert again.history.failures_in_row == 1

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from edgeheal.lab.nspawn import Container
-from tests.systemd.conftest import AGENT_CONFIG, SRC, WHEELS
+from tests.systemd.conftest import AGENT_CONFIG, CHECKOUT, SRC, WHEELS
 
 pytestmark = [pytest.mark.slow]
 
@@ -213,19 +213,23 @@ def test_the_hardening_applies_and_the_agent_still_works(container: Container) -
     assert re.search(rf"^s\S+ +\d+ +{uid} .*control\.sock$", listing, re.MULTILINE), listing
     mode = container.run(["stat", "-c", "%a %u", "/var/lib/edgeheal"]).stdout.split()
     assert mode == ["700", uid]
-    # the offline analysis the docs record and systemd's own view of the loaded unit agree
-    out = container.run(["systemd-analyze", "security", "--no-pager", UNIT]).stdout
-    online = re.search(r"Overall exposure level for edgeheal\.service: ([0-9.]+)", out)
-    assert online, out[-1500:]
-    offline = container.run(["systemd-analyze", "security", "--no-pager", "--offline=true",
-                             f"/etc/systemd/system/{UNIT}"], check=False).stdout
-    recorded = re.search(r"exposure \*\*([0-9.]+)\*\*",
-                         container.run(["cat", f"{SRC}/README.md"]).stdout)
-    print(f"exposure online {online.group(1)}; offline in the container: "
-          f"{re.findall(r'Overall exposure level[^:]*: ([0-9.]+)', offline)}; "
-          f"README: {recorded and recorded.group(1)}")
-    assert recorded, "README.md no longer records the exposure"
-    assert float(online.group(1)) == float(recorded.group(1))
+    # systemd's view of the loaded unit, the offline analysis (scripts/test) and the docs agree
+    online = exposure(container, UNIT)
+    offline = exposure(container, "--offline=true", f"/etc/systemd/system/{UNIT}")
+    recorded = {doc: re.findall(r"exposure \*\*([0-9.]+)\*\*", (CHECKOUT / doc).read_text())
+                for doc in ("docs/operations.md", "README.md")}
+    print(f"systemd-analyze security: online {online}, offline {offline}, docs {recorded}")
+    assert online == offline
+    for doc, values in recorded.items():
+        assert values, f"{doc} does not record the exposure as **N.N**"
+        assert {float(v) for v in values} == {online}, f"{doc} records {values}, not {online}"
+
+
+def exposure(box: Container, *args: str) -> float:
+    out = box.run(["systemd-analyze", "security", "--no-pager", *args], check=False)
+    found = re.search(r"Overall exposure level for edgeheal\.service: ([0-9.]+)", out.stdout)
+    assert found, (out.stdout + out.stderr)[-1500:]
+    return float(found.group(1))
 
 
 def test_the_boot_runs_the_offload_oneshot_before_k3s(container: Container) -> None:

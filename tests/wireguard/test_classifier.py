@@ -113,6 +113,20 @@ SCENARIOS: dict[str, tuple[list[Step], dict[str, object]]] = {
          Step(10, "rekey_failing", rx=32, tx=148 * 2),    # age 165 > 160
          Step(10, "rekey_failing", rx=32, tx=148 * 2),    # age 175: the session still works
          Step(35, "dead", rx=0, tx=148 * 7)], {}),        # age 210 > 205
+    # 2b. the incident seen from the session's responder: the initiator's rekey retries
+    #     (every 5 s) re-arm its keepalive timer, so from 123 s nothing valid arrives; the
+    #     session still works, so this is rekey_failing until it expires at 180 s
+    "incident from the responder's side": (
+        [Step(120, "ok", rx=32 * 4, tx=32 * 4), Step(3, "ok", rx=32, tx=32),
+         Step(36, "ok", tx=32), Step(2, "rekey_failing", tx=32),
+         Step(18, "rekey_failing", tx=32),                # age 179, silent 56 s
+         Step(7, "stalled", tx=32)], {}),                 # age 186, silent 63 s > 62.5
+    # 2c. the same with a short keepalive: silent far longer than 2.5 x K before 180 s
+    "incident from the responder's side, K = 5": (
+        [Step(120, "ok", rx=32, tx=32), Step(3, "ok", rx=32, tx=32),
+         Step(14, "ok", tx=32), Step(5, "rekey_failing", tx=32),   # age 142 > 140
+         Step(37, "rekey_failing", tx=32),                         # age 179
+         Step(2, "stalled", tx=32)], {"keepalive": 5}),            # age 181: expired
     # 3. a blackhole: tx keeps growing (keepalives), nothing comes back
     "blackhole: rx flat while tx grows": (
         [Step(5, "ok", rx=32, tx=32), Step(25, "ok", tx=32), Step(25, "ok", tx=32),

@@ -120,8 +120,7 @@ async def test_recreating_the_device_returns_to_ok(mesh: WgMesh) -> None:
     a, b = mesh.nodes
     mesh.recreate_device(a)
     first = await driver.step()
-    assert first.peer(fp(mesh, 1))["handshake_age_seconds"] is None or first.result.reason \
-        == "ok"
+    assert first.result.reason in {"ok", "connecting"}  # never a read error or missing
     await driver.until(lambda s: s.status.state is State.OK and s.result.reason == "ok",
                        GRACE, "ok after the rebuild")
     assert mesh.last_handshake(a, b) > 0

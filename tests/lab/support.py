@@ -1,0 +1,79 @@
+"""Run `edgeheal lab` as an operator would, and check it leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from edgeheal.lab.netns import PREFIX
+
+WG_DIR = Path("/var/run/wireguard")
+
+
+def prefix_of(pid: int) -> str:
+    return f"{PREFIX}{pid % 10000:04d}"
+
+
+def leftovers(pid: int) -> list[str]:
+    """Namespaces, wireguard-go sockets and processes of the lab run ``pid``."""
+    prefix = prefix_of(pid)
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                         check=False).stdout
+    found = [f"netns {line.split()[0]}" for line in out.splitlines()
+             if line.startswith(prefix)]
+    if WG_DIR.exists():
+        found += [f"socket {p.name}" for p in WG_DIR.iterdir() if p.name.startswith(prefix)]
+    procs = subprocess.run(["pgrep", "-a", "-f", prefix], capture_output=True, text=True,
+                           check=False).stdout
+    found += [f"process {line}" for line in procs.splitlines() if "pgrep" not in line]
+    return found
+
+
+def run_lab(scenario: str, tmp_path: Path, *extra: str, timeout: float = 900,
+            ) -> tuple[int, dict[str, Any], str, int]:
+    report = tmp_path / "report.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgeheal", "lab", "--scenario", scenario, "--quick",
+         "--report", str(report), *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    doc = json.loads(report.read_text()) if report.exists() else {}
+    return proc.returncode, doc, output, proc.pid
+
+
+def interrupt_after(marker: str, tmp_path: Path, scenario: str = "stuck-flannel",
+                    deadline: float = 120) -> tuple[int, str, int]:
+    """Start a lab run, SIGINT it once ``marker`` appears in its output."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgeheal", "lab", "--scenario", scenario],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    seen: list[str] = []
+    end = time.monotonic() + deadline
+    os.set_blocking(proc.stdout.fileno(), False)
+    while time.monotonic() < end and proc.poll() is None:
+        line = proc.stdout.readline()
+        if not line:
+            time.sleep(0.1)
+            continue
+        seen.append(line)
+        if marker in line:
+            proc.send_signal(signal.SIGINT)
+            break
+    try:
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, "".join(seen) + (rest or ""), proc.pid
