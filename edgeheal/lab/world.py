@@ -402,9 +402,9 @@ verify_timeout = "30s"
     def uplink_down(self, edge: Edge, down: bool) -> None:
         """Drop everything on the edge's uplink (in the carrier), or lift that."""
         if down:
-            self.sandbox.nft(edge.carrier, "table inet lab_outage {\n"
-                             " chain fwd { type filter hook forward priority -10; drop; }\n"
-                             " chain inp { type filter hook input priority -10; drop; }\n}\n")
+            self.sandbox.nft(edge.carrier, "table inet lab_outage {\n" + "".join(
+                f" chain {hook} {{ type filter hook {hook} priority -10; policy drop; }}\n"
+                for hook in ("forward", "input", "output")) + "}\n")
         else:
             run(["nft", "delete", "table", "inet", "lab_outage"], ns=edge.carrier,
                 check=False)
