@@ -422,7 +422,9 @@ class Remediator:
             return
         if view.wireguard is None and not view.tunnel_mqtt:
             return
-        healthy = view.healthy
+        healthy: bool | None = view.healthy
+        if not healthy and view.failure() is None and view.wireguard in (None, State.UNKNOWN):
+            healthy = None  # no evidence either way (starting, connecting, check error)
         if healthy == self._condition:
             return
         self._condition = healthy
@@ -436,7 +438,8 @@ class Remediator:
         self._background_task(self._patch_condition(healthy, reason, message),
                               "edgeheal.remediation.condition")
 
-    async def _patch_condition(self, healthy: bool, reason: str, message: str) -> None:
+    async def _patch_condition(self, healthy: bool | None, reason: str, message: str,
+                               ) -> None:
         from edgeheal.kube import KubeError, KubePermissionError  # noqa: PLC0415
 
         try:

@@ -406,9 +406,10 @@ class Container:
             return self.console_log.read_text(errors="replace")[-limit:]
         return ""
 
-    def wait_for(self, predicate: Callable[[], T], *, timeout: float, what: str,
+    def wait_for(self, predicate: Callable[[], T | None], *, timeout: float, what: str,
                  interval: float = 0.25) -> T:
-        """Poll ``predicate`` until it returns something truthy; bounded in time."""
+        """Poll ``predicate`` until it returns something truthy (and return that); bounded
+        in time, and cut short when the container stops."""
         deadline = time.monotonic() + timeout
         while True:
             value = predicate()
@@ -421,6 +422,47 @@ class Container:
                 raise NspawnError(f"container {self.name}: timed out after {timeout:g} s "
                                   f"waiting for {what}")
             time.sleep(interval)
+
+
+def sweep() -> list[str]:
+    """Remove containers of runs that died without :meth:`Container.close` (SIGKILL).
+
+    A ``systemd-nspawn --machine=eh<pid4>...`` whose owner (the process whose PID ends in
+    those four digits, as in :func:`edgeheal.lab.netns.sweep`) is gone is killed with its
+    container; its overlay is unmounted and removed. Returns the machine names removed."""
+    alive = {int(p.name) % 10000 for p in Path("/proc").iterdir() if p.name.isdigit()}
+    removed = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            args = [a.decode(errors="replace")
+                    for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            continue
+        if not args or Path(args[0]).name != "systemd-nspawn":
+            continue
+        opts = dict(a[2:].split("=", 1) for a in args[1:] if a.startswith("--") and "=" in a)
+        machine, directory = opts.get("machine", ""), opts.get("directory", "")
+        if (not machine.startswith("eh") or not machine[2:6].isdigit()
+                or int(machine[2:6]) in alive or not directory.endswith("/merged")):
+            continue
+        pid = int(proc.name)
+        for child in _children(pid):  # init, and with it the container's pid namespace
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workdir = Path(directory).parent
+        if (workdir / "upper").is_dir() and (workdir / "work").is_dir():
+            remove_tree(workdir)
+        removed.append(machine)
+    if removed:
+        log.info("removed containers of dead runs: %s", ", ".join(removed))
+    return removed
 
 
 def _children(pid: int) -> list[int]:

@@ -58,6 +58,8 @@ KEEPALIVE = 5
 finish in minutes; every threshold that matters derives from it."""
 FLANNEL_NS = "kube-flannel"
 AGENT_USER = "system:serviceaccount:kube-flannel:edgeheal"
+CLUSTER_RANGES = ("10.42.0.0/16", "10.43.0.0/16", "10.201.0.0/24")
+"""Pod, service and overlay ranges: only the tunnel carries them (the carrier refuses)."""
 PROGRAMS = ("ip", "nft", "wg", "wireguard-go", "ethtool", "mosquitto", "mosquitto_sub",
             "mosquitto_passwd")
 
@@ -176,6 +178,8 @@ class World:
         run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=carrier)
         run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip], ns=ns)
         run(["ip", "route", "add", "default", "via", edge.cloud_ip], ns=carrier)
+        for cluster_range in CLUSTER_RANGES:  # the cluster is reachable only via the tunnel
+            run(["ip", "route", "add", "unreachable", cluster_range], ns=carrier)
         run(["ip", "route", "add", f"10.60.{i}.0/24", "via", edge.carrier_cloud_ip],
             ns=self.cloud)
         # a 4G NIC ships with TX checksum offload on: that is the incident
@@ -260,6 +264,9 @@ class World:
                      str(KEEPALIVE)], ns=edge.ns)
         run(["ip", "addr", "add", f"{edge.overlay}/24", "dev", edge.wg_ifname], ns=edge.ns)
         run(["ip", "link", "set", edge.wg_ifname, "up"], ns=edge.ns)
+        for cidr in ("10.42.0.0/24", "10.43.0.0/16",
+                     *(o.pod_cidr for o in self.edges if o is not edge)):
+            run(["ip", "route", "replace", cidr, "dev", edge.wg_ifname], ns=edge.ns)
         edge.device_builds += 1
 
     def add_cloud_peer(self, edge: Edge) -> None:
@@ -414,10 +421,10 @@ verify_timeout = "30s"
         if percent is None:
             run(["nft", "delete", "table", "inet", "lab_loss"], ns=edge.carrier, check=False)
             return
+        # every tunnel packet reaches the relay with dport 51820, whichever its direction
         self.sandbox.nft(edge.carrier, "table inet lab_loss {\n chain inp {\n"
                          "  type filter hook input priority -10;\n"
                          f"  udp dport {WG_PORT} numgen random mod 100 < {percent} drop\n"
-                         f"  udp sport {WG_PORT} numgen random mod 100 < {percent} drop\n"
                          " }\n}\n")
 
     def power_off(self, edge: Edge) -> None:

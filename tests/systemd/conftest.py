@@ -81,7 +81,7 @@ def debian_rootfs() -> Path:
 
 
 @pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Wheels of this checkout and its dependencies, as an operator prepares them elsewhere
     for an air-gapped node. Built from a copy, so the checkout gets no build/ directory."""
     base = tmp_path_factory.mktemp("wheelhouse")
@@ -95,8 +95,11 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
          "--wheel-dir", str(out), f"{src}[kubernetes,dbus]", "setuptools", "wheel"],
         capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, f"pip wheel failed: {proc.stderr[-2000:]}"
-    return out
+    try:
+        assert proc.returncode == 0, f"pip wheel failed: {proc.stderr[-2000:]}"
+        yield out
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +107,7 @@ def container(debian_rootfs: Path, wheelhouse: Path,
               tmp_path_factory: pytest.TempPathFactory) -> Iterator[nspawn.Container]:
     """A booted container (checkout and wheelhouse mounted read-only), with the stand-in
     ``k3s-agent.service`` enabled and edgeheal's test configuration in place."""
+    nspawn.sweep()  # containers of runs that were killed before they could clean up
     sandbox = Sandbox()
     box = nspawn.Container(
         lower=debian_rootfs, workdir=tmp_path_factory.mktemp("nspawn"),

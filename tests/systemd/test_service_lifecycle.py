@@ -35,6 +35,17 @@ def running(box: Container, unit: str = UNIT) -> dict[str, str] | None:
     return now if (now["ActiveState"], now["SubState"]) == ("active", "running") else None
 
 
+def restarted(box: Container, before: dict[str, str]) -> dict[str, str] | None:
+    """The unit's state once it runs again with another main process."""
+    now = running(box)
+    return now if now and now["MainPID"] != before["MainPID"] else None
+
+
+def failed(box: Container) -> dict[str, str] | None:
+    now = state(box)
+    return now if now["ActiveState"] == "failed" else None
+
+
 def http_get(box: Container, path: str) -> tuple[int, str]:
     """GET from the agent's HTTP server on the container's loopback."""
     script = ("import sys, urllib.request, urllib.error\n"
@@ -131,7 +142,7 @@ def test_kill_9_of_the_agent_is_restarted_by_systemd(container: Container) -> No
     cursor = container.cursor()
     container.systemctl("kill", "--kill-who=main", "--signal=SIGKILL", UNIT)
     after = container.wait_for(
-        lambda: (now := running(container)) and now["MainPID"] != before["MainPID"] and now,
+        lambda: restarted(container, before),
         timeout=60, what="systemd to restart the killed agent")
     assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
     assert "code=killed, status=9/KILL" in log_since(container, cursor)
@@ -145,9 +156,7 @@ def test_a_bad_config_stops_the_unit_for_good_and_says_why(container: Container)
         cursor = container.cursor()
         proc = container.systemctl("restart", UNIT, check=False)
         assert proc.returncode != 0
-        now = container.wait_for(
-            lambda: (s := state(container))["ActiveState"] == "failed" and s,
-            timeout=30, what="the unit to fail")
+        now = container.wait_for(lambda: failed(container), timeout=30, what="the unit to fail")
         assert now["ExecMainStatus"] == "2"
         assert now["Result"] == "exit-code"
         failed = container.show(UNIT, "NRestarts", "ExecMainStartTimestampMonotonic")
@@ -176,7 +185,7 @@ def test_a_stopped_agent_is_killed_by_the_watchdog_and_restarted(container: Cont
     stopped = time.monotonic()
     container.systemctl("kill", "--kill-who=main", "--signal=SIGSTOP", UNIT)
     after = container.wait_for(
-        lambda: (now := running(container)) and now["MainPID"] != before["MainPID"] and now,
+        lambda: restarted(container, before),
         timeout=90, what="the watchdog to kill and systemd to restart the agent", interval=1)
     took = time.monotonic() - stopped
     print(f"SIGSTOP -> restarted after {took:.1f} s (WatchdogSec={watchdog})")
@@ -242,7 +251,8 @@ def test_the_boot_runs_the_offload_oneshot_before_k3s(container: Container) -> N
                  and e["MESSAGE"].startswith("Starting")]
     seen = [e for e in entries if "stand-in k3s-agent sees" in e["MESSAGE"]]
     assert finished, "edgeheal-offload.service did not run at boot"
-    assert k3s_start and seen, "the stand-in k3s-agent.service did not start at boot"
+    assert k3s_start, "the stand-in k3s-agent.service did not start at boot"
+    assert seen, "the stand-in k3s-agent.service did not log the NIC's offload"
     assert int(finished[0]["__MONOTONIC_TIMESTAMP"]) < int(k3s_start[0]["__MONOTONIC_TIMESTAMP"])
     assert seen[0]["MESSAGE"].endswith("tx-checksum-ip-generic: off"), seen[0]["MESSAGE"]
     container.wait_for(lambda: running(container), timeout=60, what="edgeheal after boot")
@@ -267,6 +277,14 @@ def test_k3s_service_mode_restarts_k3s_through_polkit_and_nothing_else(
         container: Container) -> None:
     rule = "/etc/polkit-1/rules.d/50-edgeheal-k3s-restart.rules"
     assert container.run(["test", "-f", rule], check=False).returncode == 0
+    # the container's system bus is up and systemd is on it (busctl talks D-Bus, not
+    # systemd's private socket)
+    bus = container.run(["busctl", "--timeout=10", "status", "org.freedesktop.systemd1"],
+                        check=False, timeout=30)
+    assert bus.returncode == 0, (
+        "systemd is not on the container's system bus: " + bus.stderr + "\n"
+        + container.run(["journalctl", "-b", "-u", "dbus.service", "--no-pager"],
+                        check=False).stdout[-1500:])
     before = container.show("k3s-agent.service", "MainPID", "ActiveState")
     assert before["ActiveState"] == "active"
     proc = as_agent_user(container, PY, "-c", K3S_RESTART)
