@@ -103,8 +103,12 @@ def _now() -> str:
 class KubeClient:
     def __init__(self, settings: KubernetesSettings, *,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 service_account: str | None = None) -> None:
+        """``service_account``: the in-cluster credentials directory (token, ca.crt,
+        namespace; default Kubernetes's own mount point), used when no kubeconfig is set."""
         self.settings = settings
+        self._service_account = service_account
         self._sleep = sleep
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
         self._http: Any = None
@@ -124,7 +128,9 @@ class KubeClient:
                 if self.settings.kubeconfig:
                     kubeconfig = KubeConfig.from_file(self.settings.kubeconfig)
                 else:
-                    kubeconfig = KubeConfig.from_service_account()
+                    kubeconfig = (KubeConfig.from_service_account(self._service_account)
+                                  if self._service_account
+                                  else KubeConfig.from_service_account())
                 config = kubeconfig.get(self.settings.context or None)
                 if config is None:
                     raise KubeError(f"{source}: no current context; set "

@@ -53,7 +53,14 @@ from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
 from edgeheal.model import CheckResult, State
-from edgeheal.wg.model import DeviceStats, PeerStats, is_public_key
+from edgeheal.wg.model import (
+    DeviceStats,
+    NoSuchDevice,
+    PeerStats,
+    PermissionDenied,
+    WireGuardError,
+    is_public_key,
+)
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -400,12 +407,6 @@ class WireguardCheck:
         return route_peers(device, addrs)
 
     async def run(self) -> CheckResult:
-        from edgeheal.wg.model import (  # noqa: PLC0415
-            NoSuchDevice,
-            PermissionDenied,
-            WireGuardError,
-        )
-
         now, wall = self.ctx.clock(), self._wall()
         devices: list[DeviceStats] = []
         problems: dict[str, tuple[str, str]] = {}

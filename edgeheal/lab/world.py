@@ -331,7 +331,8 @@ host = "{BROKER_CLUSTER_IP}"
 port = {self.mqtt_port}
 path = "tunnel"
 interval = "5s"
-timeout = "3s"
+timeout = "5s"
+fail_after = 3
 required = true
 
 [[mqtt.targets]]
@@ -340,7 +341,7 @@ host = "{edge.cloud_ip}"
 port = {self.mqtt_port}
 path = "direct"
 interval = "5s"
-timeout = "3s"
+timeout = "5s"
 
 [alerts]
 target = "broker-direct"

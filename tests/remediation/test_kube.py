@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeheal.config import KubernetesSettings
 from edgeheal.kube import (
     KubeClient,
     KubeConflict,
@@ -216,3 +217,29 @@ async def test_a_missing_kubeconfig_is_a_clear_error(tmp_path: Path) -> None:
     kube = KubeClient(settings_for(tmp_path / "absent"))
     with pytest.raises(KubeError, match=r"cannot load Kubernetes credentials from .*absent"):
         await kube.list_pods(NS, SELECTOR, NODE)
+
+
+async def test_in_cluster_credentials_work_and_a_rotated_token_is_reread(
+        api: FakeKube, token: Credentials, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(token.token)
+    (account / "ca.crt").write_bytes(api.ca.cert_pem.bytes())
+    (account / "namespace").write_text(NS)
+    host, port = api.url.removeprefix("https://").rsplit(":", 1)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", host)
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", port)
+    kube = KubeClient(KubernetesSettings(kubeconfig=""), service_account=str(account))
+    try:
+        pods, _ = await kube.list_pods(NS, SELECTOR, NODE)
+        assert len(pods) == 1
+        # kubelet rotates the projected token: the old one is revoked, the file rewritten
+        fresh = api.add_user(token.user)
+        api.revoke(token)
+        (account / "token").write_text(fresh.token)
+        pods, _ = await kube.list_pods(NS, SELECTOR, NODE)
+        assert len(pods) == 1
+    finally:
+        await kube.close()
+    assert [r.status for r in api.requests][-2:] == [401, 200]

@@ -159,13 +159,13 @@ def test_a_bad_config_stops_the_unit_for_good_and_says_why(container: Container)
         now = container.wait_for(lambda: failed(container), timeout=30, what="the unit to fail")
         assert now["ExecMainStatus"] == "2"
         assert now["Result"] == "exit-code"
-        failed = container.show(UNIT, "NRestarts", "ExecMainStartTimestampMonotonic")
+        stopped = container.show(UNIT, "NRestarts", "ExecMainStartTimestampMonotonic")
         # RestartSec is 5 s: watch well past it — no restart may come
         deadline = time.monotonic() + 9.0
         while time.monotonic() < deadline:
             assert state(container)["ActiveState"] == "failed"
             assert container.show(UNIT, "NRestarts", "ExecMainStartTimestampMonotonic") \
-                == failed
+                == stopped
             time.sleep(0.5)
         log = log_since(container, cursor)
         assert "configuration error" in log, log[-2000:]
