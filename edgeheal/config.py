@@ -289,6 +289,11 @@ class RemediationSettings:
     verify_timeout: float = setting(
         60.0, "How long to wait for the tunnel to recover after a restart (fresh handshake, "
         "rx growing, tunnel-path MQTT ok).", duration=True)
+    uplink_settle: float = setting(
+        30.0, "After the direct path comes back from an outage, the tunnel gets this long to "
+        "recover by itself before a restart is considered: an uplink outage stalls the "
+        "tunnel too, and restarting Flannel the moment the uplink returns would 'heal' an "
+        "outage that was never the tunnel's.", duration=True)
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
 

@@ -20,7 +20,10 @@ The ladder (first matching rule wins):
    yet measured) is no evidence: no action.
 4. a failed tunnel passes the safeguards in this order, each a ``skip`` with its reason:
    ``paused`` (operator), ``circuit_open``, ``direct_path_down`` (a direct-path target
-   fails too: the uplink or the cloud is down, a restart cannot help), ``mode_none``,
+   fails too: the uplink or the cloud is down, a restart cannot help), ``uplink_settling``
+   (the direct path came back less than ``uplink_settle`` ago: an outage stalls the tunnel
+   too, so give it that long to recover by itself; found in the lab's uplink-outage
+   scenario, where restarting on the uplink's return "healed" an outage), ``mode_none``,
    ``startup_grace`` (agent or node started less than ``startup_grace`` ago),
    ``cooldown`` (last restart too recent), ``budget_exhausted`` (``max_per_hour`` restarts
    in the last sliding hour). Before the time gates, ``give_up_after`` restarts in a row
@@ -190,6 +193,8 @@ class TunnelView:
     """When the agent started (monotonic)."""
     booted_mono: float = -math.inf
     """When the node booted, on the monotonic timeline (``now - CLOCK_BOOTTIME``)."""
+    direct_ok_since: float = -math.inf
+    """Since when every direct-path target has been ok (monotonic; -inf: no target)."""
 
     @property
     def healthy(self) -> bool:
@@ -234,7 +239,10 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
         status = state(target.name)
         if status is not None:
             (tunnel if target.path == "tunnel" else direct)[target.name] = status.state
+    direct_since = [snapshot.checks[n].since_mono for n in direct if direct[n] is State.OK]
     return TunnelView(
+        direct_ok_since=max(direct_since) if direct_since and len(direct_since) == len(
+            direct) else -math.inf,
         mode=mode,
         wireguard=wg.state if wg else None, wireguard_reason=wg.reason if wg else "",
         tunnel_mqtt=tunnel, direct_mqtt=direct,
@@ -273,6 +281,11 @@ def decide(view: TunnelView, history: History, now: float,
         return [Action("skip", "direct_path_down",
                        f"{failure}, but the direct path fails too ({down}): uplink or cloud "
                        "outage, a restart cannot help")]
+    settle_end = view.direct_ok_since + settings.uplink_settle
+    if now < settle_end:
+        return [Action("skip", "uplink_settling",
+                       f"{failure}: the direct path came back {now - view.direct_ok_since:.0f}s "
+                       f"ago; the tunnel gets {settings.uplink_settle:g}s to recover by itself")]
     if view.mode not in ("pod", "k3s-service"):
         return [Action("skip", "mode_none", f"{failure}: no remedy on this node (alert only)")]
     if history.failures_in_row >= settings.give_up_after:

@@ -350,6 +350,11 @@ class AlertEngine:
         runner = asyncio.create_task(link.run(), name="edgeheal.alerts.link")
         try:
             await self._drain(link)
+        except asyncio.CancelledError:
+            raise  # shutdown: close() still says "offline" over this connection
+        except BaseException:
+            link.drop()  # a crash: the supervisor restarts serve() with a new connection
+            raise
         finally:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)

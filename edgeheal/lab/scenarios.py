@@ -68,7 +68,7 @@ async def stuck_flannel(lab: Lab) -> list[Expectation]:
     """The tunnel device loses its peer (a Flannel bug); only a restart cures it."""
     edge = lab.world.edges[0]
     up = await lab.until(lambda: _ok(lab, edge), TUNNEL_UP_BUDGET, "the tunnel to come up")
-    await lab.hold(12)  # past the agent's startup grace, on a settled tunnel
+    await lab.hold(20)  # past the agent's startup grace and uplink settle time
     fault = lab.mark("fault_injected")
     lab.world.remove_cloud_peer(edge)
     lab.note("lab", "fault: the tunnel device lost its cloud peer (stuck Flannel)", edge.name)
@@ -123,7 +123,7 @@ def _watched_age(lab: Lab, edge: Edge) -> float | None:
 async def _settle(lab: Lab) -> list[Expectation]:
     ups = [await lab.until(lambda e=e: _ok(lab, e), TUNNEL_UP_BUDGET,  # type: ignore[misc]
                            f"{e.name}'s tunnel to come up") for e in lab.world.edges]
-    await lab.hold(12)  # past the agents' startup grace, on settled tunnels
+    await lab.hold(20)  # past the agents' startup grace and uplink settle time
     return [Expectation("every tunnel up before the fault", all(ups))]
 
 

@@ -356,6 +356,7 @@ cooldown = "20s"
 max_per_hour = 3
 startup_grace = "10s"
 verify_timeout = "30s"
+uplink_settle = "20s"
 {extra}"""
 
     def start_agent(self, edge: Edge, **kw: Any) -> None:

@@ -201,6 +201,12 @@ class Link:
         await conn.disconnect(max(0.1, limit - (time.monotonic() - began)))
         self._conn = None
 
+    def drop(self) -> None:
+        """Close the current connection now (no DISCONNECT); :meth:`run` may reconnect."""
+        if self._conn is not None:
+            self._conn.abort()
+            self._conn = None
+
     def abort(self) -> None:
         self._closing = True
         if self._conn is not None:

@@ -207,3 +207,22 @@ async def test_the_alert_targets_check_reads_the_kept_open_connection(
     assert result.reason in ("unreachable", "timeout")
     assert run.h.ctx.registry.get_sample_value(
         "edgeheal_mqtt_up", {"target": "broker-direct", "path": "direct"}) == 0
+
+
+async def test_a_crashed_drain_drops_its_connection_before_the_supervisor_restarts_it(
+        broker: Mosquitto, start: Callable[[str], Running]) -> None:
+    run = start(_toml(broker))
+    link = run.engine.link
+    assert link is not None
+    await until(lambda: link.connected)
+
+    def broken() -> None:
+        raise RuntimeError("simulated bug in the drain")
+
+    run.engine.outbox.oldest = broken  # type: ignore[method-assign]
+    run.engine._wake.set()
+    with pytest.raises(RuntimeError, match="simulated"):
+        await asyncio.wait_for(run.task, 5)
+    assert not link.connected
+    await until(lambda: broker.log().count("disconnected") + broker.log().count(
+        "closed its connection") >= 1, 5)

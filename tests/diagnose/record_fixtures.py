@@ -5,9 +5,10 @@ Run once, as root, to (re)make ``fixtures/wireguard_messages.json``::
     python -m tests.diagnose.record_fixtures
 
 How: a two-node :class:`~edgeheal.lab.wireguard.WgMesh` (wireguard-go in two namespaces
-joined by a veth) with persistent keepalive 1 s; scapy listens on node 0's veth. A ping
-from node 0 to node 1's overlay address makes the handshake (initiation out, response in)
-and transport data; the idle tunnel then sends keepalives. For a cookie reply, node 1 must
+joined by a veth) with persistent keepalive 1 s; scapy listens on node 0's veth. Node 0's
+peer entry for node 1 is removed and re-added (so no session exists); then a ping from
+node 0 to node 1's overlay address makes a handshake (initiation out, response in) and
+transport data, and the idle tunnel sends keepalives. For a cookie reply, node 1 must
 be "under load" (wireguard-go: at least 128 handshake messages queued), so node 0 replays
 its captured initiation a few thousand times from a plain UDP socket as fast as it can;
 node 1 then answers with cookie replies to that socket. Only public packets are stored:
@@ -24,6 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scapy.arch.linux import L2ListenSocket
+from scapy.layers.inet import IP, UDP
+
 from edgeheal.diagnose import MessageType, classify
 from edgeheal.lab.nsutil import inside
 from edgeheal.lab.wireguard import PORT, WgMesh
@@ -33,9 +37,6 @@ FLOOD = 20000
 
 
 def main() -> None:
-    from scapy.arch.linux import L2ListenSocket
-    from scapy.layers.inet import IP, UDP
-
     found: dict[str, dict[str, Any]] = {}
     with WgMesh(nodes=2, keepalive=1) as mesh:
         a, b = mesh.nodes
@@ -46,7 +47,10 @@ def main() -> None:
 
         def listen() -> None:
             while not stop.is_set():
-                pkt = sock.recv()
+                try:
+                    pkt = sock.recv()
+                except OSError:  # ENETDOWN once while the veth settles
+                    continue
                 if pkt is None or not pkt.haslayer(UDP):
                     continue
                 udp = pkt[UDP]
@@ -61,15 +65,17 @@ def main() -> None:
 
         thread = threading.Thread(target=listen, daemon=True)
         thread.start()
+        mesh.remove_peer(a, b)  # a fresh peer: the next packet starts a new handshake
+        mesh.add_peer(a, b)
         mesh.wait_handshake(a, b)
         deadline = time.monotonic() + 10
-        while "keepalive" not in found and time.monotonic() < deadline:
+        wanted = {"initiation", "response", "transport", "keepalive"}
+        while not wanted <= set(found) and time.monotonic() < deadline:
             time.sleep(0.2)
         initiation = bytes.fromhex(found["initiation"]["hex"])
         with inside(a.ns):
             flood = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        target = (a.underlay[1].replace(".1", ".2", 1) if False else
-                  mesh.endpoint(a, b).rsplit(":", 1)[0], PORT)
+        target = (mesh.endpoint(a, b).rsplit(":", 1)[0], PORT)
         deadline = time.monotonic() + 20
         while "cookie_reply" not in found and time.monotonic() < deadline:
             for _ in range(FLOOD):

@@ -29,12 +29,13 @@ MODES = ("pod", "k3s-service")
 def view(mode: str, *, wg: State | None = FAIL, reason: str = "stalled",
          tunnel: dict[str, State] | None = None, direct: dict[str, State] | None = None,
          offload: State | None = OK, started: float = 0.0, booted: float = -10_000.0,
-         ) -> TunnelView:
+         direct_ok_since: float = -10_000.0) -> TunnelView:
     return TunnelView(mode=mode, wireguard=wg, wireguard_reason=reason,
                       tunnel_mqtt={"broker-tunnel": OK} if tunnel is None else tunnel,
                       direct_mqtt={"broker-direct": OK} if direct is None else direct,
                       offload=offload, offload_reason="all_off" if offload else "",
-                      started_mono=started, booted_mono=booted)
+                      started_mono=started, booted_mono=booted,
+                      direct_ok_since=direct_ok_since)
 
 
 def restart_at(mono: float | None, result: str = "not_recovered") -> Record:
@@ -89,6 +90,10 @@ CASES: list[tuple[str, dict[str, Any], History, float, dict[str, Any],
     ("both brokers failing with wireguard ok is an outage, not a tunnel fault",
      {"wg": OK, "reason": "ok", "tunnel": {"broker-tunnel": FAIL},
       "direct": {"broker-direct": FAIL}}, History(), 1000, {}, []),
+    ("the direct path just came back from an outage: the tunnel gets time to recover",
+     {"direct_ok_since": 990.0}, History(), 1000, {}, [("skip", "uplink_settling")]),
+    ("the tunnel still failed long after the direct path came back: restart",
+     {"direct_ok_since": 960.0}, History(), 1000, {}, [("restart", "wireguard_stalled")]),
     ("within startup grace of the agent: skip", {"started": 950.0}, History(), 1000, {},
      [("skip", "startup_grace")]),
     ("within startup grace of the node's boot: skip", {"booted": 990.0}, History(), 1000,

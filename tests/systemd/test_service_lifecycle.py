@@ -225,7 +225,7 @@ def test_the_hardening_applies_and_the_agent_still_works(container: Container) -
     # systemd's view of the loaded unit, the offline analysis (scripts/test) and the docs agree
     online = exposure(container, UNIT)
     offline = exposure(container, "--offline=true", f"/etc/systemd/system/{UNIT}")
-    recorded = {doc: re.findall(r"exposure \*\*([0-9.]+)\*\*", (CHECKOUT / doc).read_text())
+    recorded = {doc: re.findall(r"exposure\s+\*\*([0-9.]+)\*\*", (CHECKOUT / doc).read_text())
                 for doc in ("docs/operations.md", "README.md")}
     print(f"systemd-analyze security: online {online}, offline {offline}, docs {recorded}")
     assert online == offline
