@@ -37,8 +37,9 @@ and edge nodes rarely have). It addresses the IP header with the kernel's ``SKF_
 so it works on Ethernet and on raw-IP 4G interfaces (wwan) alike. Every packet is checked
 again in Python, so the filter only saves work, never decides.
 
-Errors: :class:`DiagnoseError` for what the operator must fix (exit 3 for
-:class:`CaptureUnavailable`: scapy missing or no CAP_NET_RAW; exit 2 for a bad argument).
+Errors: :class:`DiagnoseError` for what the operator must fix: a bad argument or an uplink
+that cannot be found (exit 2), or, as :class:`EnvironmentProblem` (exit 3), scapy missing,
+no CAP_NET_RAW (:class:`CaptureUnavailable`) or a WireGuard device that cannot be read.
 """
 
 from __future__ import annotations
@@ -70,8 +71,12 @@ class DiagnoseError(Exception):
     """Diagnosis cannot run as asked; the message says what to fix."""
 
 
-class CaptureUnavailable(DiagnoseError):
-    """scapy is not installed, or the process lacks CAP_NET_RAW (exit 3)."""
+class EnvironmentProblem(DiagnoseError):
+    """The host lacks something diagnose needs (exit 3): a privilege, a program, a daemon."""
+
+
+class CaptureUnavailable(EnvironmentProblem):
+    """scapy is not installed, or the process lacks CAP_NET_RAW."""
 
 
 # --- the message classifier (pure) -------------------------------------------------------
@@ -382,10 +387,11 @@ def judge_peer(peer: PeerEvidence, *, offload_on: bool | None) -> Finding:
         return Finding(peer, Code.HANDSHAKE_REJECTED,
                        f"received {init_in} initiation(s) from the peer and answered none: "
                        "this device does not accept its key")
-    if data_in or advanced:
+    if data_in or advanced or (resp_in and advanced is None):
         return Finding(peer, Code.HEALTHY,
                        f"received {data_in} transport/keepalive message(s)"
-                       + ("; a handshake completed" if advanced else ""))
+                       + ("; a handshake completed" if advanced else "")
+                       + (f", {resp_in} handshake response(s)" if resp_in else ""))
     return Finding(peer, Code.UNANSWERED,
                    f"received only {_list(received)}; no data or keepalive arrived")
 
@@ -526,7 +532,7 @@ def bpf_program(ports: Sequence[int]) -> list[tuple[int, int, int, int]]:
     def port_tests(final: bool) -> None:
         for i, port in enumerate(ports):
             last = i == len(ports) - 1
-            op(_JMP | _JEQ | _K, port, "accept", ("drop" if final else 1) if last else 0)
+            op(_JMP | _JEQ | _K, port, "accept", "drop" if final and last else 0)
 
     op(_LD | _W | _ABS, SKF_AD_OFF + SKF_AD_PROTOCOL)
     op(_JMP | _JEQ | _K, 0x0800, "v4", 0)
@@ -674,7 +680,7 @@ async def read_devices(names: Iterable[str]) -> tuple[list[Any], list[str]]:
         except NoSuchDevice:
             missing.append(name)
         except WireGuardError as err:
-            raise DiagnoseError(f"cannot read WireGuard interface {err}") from err
+            raise EnvironmentProblem(f"cannot read WireGuard interface {err}") from err
     return found, missing
 
 
@@ -836,7 +842,7 @@ async def diagnose(config: Any, *, interface: str | None = None,
     return evidence, judge(evidence)
 
 
-__all__ = ["CaptureUnavailable", "Code", "DiagnoseError", "Direction", "Evidence",
-           "MessageType", "PeerEvidence", "Tally", "UdpCounters", "Verdict", "classify",
-           "diagnose", "judge", "judge_peer", "parse_snmp", "render", "to_json"]
+__all__ = ["CaptureUnavailable", "Code", "DiagnoseError", "Direction", "EnvironmentProblem",
+           "Evidence", "MessageType", "PeerEvidence", "Tally", "UdpCounters", "Verdict",
+           "classify", "diagnose", "judge", "judge_peer", "parse_snmp", "render", "to_json"]
 

@@ -5,7 +5,8 @@ counters, the uplink's TX checksum offload and the tunnel's peers, and prints a 
 plain words with the evidence (:mod:`edgeheal.diagnose`; scapy is imported only there).
 
 Exit codes: 0 the tunnel is healthy; 1 a problem was found (or nothing could be observed);
-2 usage or configuration error; 3 scapy is not installed or CAP_NET_RAW is missing.
+2 usage or configuration error (also: no uplink found, pass ``--interface``); 3 scapy is not
+installed, CAP_NET_RAW is missing, or a WireGuard device cannot be read.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         evidence, verdict = asyncio.run(diagnose.diagnose(
             config, interface=args.interface, seconds=args.seconds))
-    except diagnose.CaptureUnavailable as err:
+    except diagnose.EnvironmentProblem as err:
         print(f"edgeheal: diagnose: {err}", file=sys.stderr)
         return ExitCode.ENVIRONMENT
     except diagnose.DiagnoseError as err:

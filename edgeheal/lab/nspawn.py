@@ -311,6 +311,7 @@ class Container:
             self._kill()
             self.process = None
             remove_tree(self.workdir)
+            collect_garbage()
 
     def __enter__(self) -> Container:
         return self
@@ -462,7 +463,49 @@ def sweep() -> list[str]:
         removed.append(machine)
     if removed:
         log.info("removed containers of dead runs: %s", ", ".join(removed))
+    collect_garbage()
     return removed
+
+
+NSPAWN_RUN = Path("/run/systemd/nspawn")
+
+
+def collect_garbage() -> None:
+    """Remove what ``systemd-nspawn`` leaves in /run when /run is not a tmpfs (it refuses
+    to delete on a disk file system) or when it was killed: the mount-propagation directory
+    of each of our machines that no longer runs, and image lock files nobody holds."""
+    running = set()
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit():
+                args = (proc / "cmdline").read_bytes().split(b"\0")
+                if args and Path(args[0].decode(errors="replace")).name == "systemd-nspawn":
+                    running |= {a[10:].decode() for a in args if a.startswith(b"--machine=")}
+    with contextlib.suppress(OSError):
+        for entry in (NSPAWN_RUN / "propagate").iterdir():
+            if entry.name.startswith("eh") and entry.name not in running:
+                with contextlib.suppress(NspawnError):
+                    remove_tree(entry)
+    with contextlib.suppress(OSError):
+        for lock in (NSPAWN_RUN / "locks").glob("inode-*"):
+            with contextlib.suppress(OSError), lock.open("rb") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: the image is in use
+                lock.unlink()
+
+
+def inotify_headroom() -> str:
+    """How many inotify instances this host's processes hold against the per-user limit —
+    the first thing to look at when the container's dbus-daemon or systemd cannot set up
+    inotify (the container's root is the host's root: one shared budget)."""
+    used = 0
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                used += sum(1 for fd in (proc / "fd").iterdir()
+                            if os.readlink(fd) == "anon_inode:inotify")
+    limit = Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip()
+    return f"{used} inotify instances in use on the host (all users), " \
+           f"fs.inotify.max_user_instances = {limit}"
 
 
 def _children(pid: int) -> list[int]:

@@ -342,6 +342,7 @@ port = {self.mqtt_port}
 path = "direct"
 interval = "5s"
 timeout = "5s"
+keepalive = "4s"                 # the alert connection's keepalive is the direct-path signal
 
 [alerts]
 target = "broker-direct"

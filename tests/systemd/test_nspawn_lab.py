@@ -76,8 +76,9 @@ def sandbox() -> Iterator[Sandbox]:
 
 def leftovers(workdir: Path, machine: str) -> list[str]:
     found = [f"mount {p}" for p in nspawn.mounts_under(workdir)]
-    if workdir.exists():
-        found.append(f"directory {workdir}")
+    for path in (workdir, nspawn.NSPAWN_RUN / "propagate" / machine):
+        if path.exists():
+            found.append(f"directory {path}")
     for proc in Path("/proc").iterdir():
         try:
             if proc.name.isdigit() and f"--machine={machine}".encode() in (
@@ -119,16 +120,16 @@ def test_a_container_of_a_killed_run_is_swept(debian_rootfs: Path, sandbox: Sand
                                               tmp_path: Path) -> None:
     ns = sandbox.netns("k")
     workdir = tmp_path / "c"
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(debian_rootfs), str(workdir), ns],
-                             stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
-                             cwd=Path(__file__).resolve().parents[2])
-    try:
-        assert child.stdout is not None
-        machine = child.stdout.readline().strip()
-        assert machine.startswith("eh"), "the child did not boot a container"
-    finally:
-        child.kill()  # the run dies without cleaning up
-        child.wait(10)
+    with subprocess.Popen([sys.executable, "-c", CHILD, str(debian_rootfs), str(workdir), ns],
+                          stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+                          cwd=Path(__file__).resolve().parents[2]) as child:
+        try:
+            assert child.stdout is not None
+            machine = child.stdout.readline().strip()  # the child gives up after 120 s
+            assert machine.startswith("eh"), "the child did not boot a container"
+        finally:
+            child.kill()  # the run dies without cleaning up
+            child.wait(10)
     assert leftovers(workdir, machine) != []
     deadline = time.monotonic() + 30
     removed: list[str] = []

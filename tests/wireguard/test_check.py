@@ -244,3 +244,15 @@ def test_the_factory_registers_one_check_and_none_without_interfaces() -> None:
     made = reg.factory(context('[wireguard]\ninterfaces = ["wg0"]\n'))
     assert [c.name for c in made] == ["wireguard"]
     assert reg.factory(context("[wireguard]\ninterfaces = []\n")) == []
+
+
+def test_the_check_and_the_uapi_reader_do_not_load_pyroute2() -> None:
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = ("import sys, edgeheal.checks.wireguard, edgeheal.wg.uapi, edgeheal.wg; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pyroute2', 'paho', 'lightkube', 'dbus_fast', 'scapy')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
