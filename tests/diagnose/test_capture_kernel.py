@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import time
@@ -57,10 +58,8 @@ def test_the_filter_passes_udp_on_the_listen_port_either_way_and_nothing_else(
         for tag, sock, dest, _ in sends:
             sock.sendto(tag, dest)
         tcp.setblocking(False)
-        try:
+        with contextlib.suppress(BlockingIOError):
             tcp.connect(("10.77.0.2", PORT))  # a TCP SYN to the port: not UDP, dropped
-        except BlockingIOError:
-            pass
         udp4.sendto(b"pass-marker", ("10.77.0.2", PORT))  # sent last: once seen, all is
         seen: list[bytes] = []
         deadline = time.monotonic() + 10

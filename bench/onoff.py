@@ -1,0 +1,127 @@
+"""One lab scenario with the agent or without it, measured from outside the same way.
+
+    python bench/onoff.py SCENARIO --window SECONDS [--no-agent] --out FILE.json  (root)
+
+Runs the scenario as ``edgeheal lab --scenario X --quick`` does, plus a TCP probe through
+edge-0's tunnel every 0.5 s and the collector's counters, over a fixed window that starts
+at the scenario's fault (its first mark; for ``boot-with-offload`` the moment the world is
+built, since the fault is there from boot). Both variants of a scenario get the same window,
+so "outage seconds" and "collector messages lost" compare like for like.
+
+Without the agent, the scenario's waits for agent states can never succeed; they are
+capped at 15 s (the world keeps running, which is the point) and the run is held until
+the window has passed.
+
+How it hooks in without touching the lab: :func:`edgeheal.lab.runner.run_scenario` builds
+its ``Lab`` through the module's global name, which this process (and only this process)
+points at :class:`ProbedLab`; the scenario's coroutine is wrapped to hold the window and
+read the collector before the world is torn down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import labkit
+from labkit import TunnelProbe
+
+from edgeheal.lab import runner
+from edgeheal.lab.runner import Expectation, Lab, Scenario
+from edgeheal.lab.scenarios import SCENARIOS
+
+FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_recreated",
+               "uplink-outage": "outage_start", "lossy-link": "loss_start",
+               "dead-neighbour": "neighbour_off", "flapping-uplink": "flapping_start"}
+"""The mark where each scenario's fault begins; absent: the fault is there from boot."""
+NO_AGENT_WAIT = 15.0
+
+RESULT: dict[str, Any] = {}
+
+
+class ProbedLab(Lab):
+    """The runner's Lab plus a tunnel probe on edge-0 from the moment the world exists."""
+
+    current: ProbedLab | None = None
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.wall0 = time.time() - (time.monotonic() - self.t0)
+        edge = self.world.edges[0]
+        self.probe = TunnelProbe(edge, self.world.mqtt_port).start()
+        ProbedLab.current = self
+
+    async def until(self, predicate: Callable[[], bool], within: float, what: str) -> bool:
+        if not self.world.with_agent:
+            within = min(within, NO_AGENT_WAIT)
+        return await super().until(predicate, within, what)
+
+
+def wrap(scenario: Scenario, window: float) -> Scenario:
+    async def run(lab: Lab) -> list[Expectation]:
+        expectations = await scenario.run(lab)
+        mark = FAULT_MARKS.get(scenario.name)
+        start = lab.marks.get(mark, 0.0) if mark else 0.0
+        if lab.now() < start + window:
+            await lab.hold(start + window - lab.now())
+        assert isinstance(lab, ProbedLab)
+        edge = lab.world.edges[0]
+        start_wall, end_wall = lab.wall0 + start, lab.wall0 + start + window
+        stats = lab.world.collector_stats(edge)
+        lost = [t for t in stats.get("lost_at", []) if start_wall <= t <= end_wall]
+        await lab.probe.stop()
+        RESULT.update({
+            "fault_at": start, "window": window,
+            "outage_seconds": lab.probe.outage_seconds(start_wall, end_wall),
+            "probes": sum(1 for w, _, _ in lab.probe.results if start_wall <= w <= end_wall),
+            "lost": len(lost), "sent": stats.get("sent"),
+            "restarts": len(lab.world.kube.deletions) if lab.world.kube else 0})
+        return expectations
+    budget = scenario.budget + window + 120
+    return dataclasses.replace(scenario, run=run, budget=budget)
+
+
+def _terminate(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else "")
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--window", type=float, required=True)
+    parser.add_argument("--no-agent", action="store_true")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    runner.Lab = ProbedLab  # type: ignore[misc]
+    workdir = Path(tempfile.mkdtemp(prefix="edgeheal-bench-onoff-"))
+    scenario = wrap(SCENARIOS[args.scenario], args.window)
+    report = asyncio.run(runner.run_scenario(scenario, workdir, agent=not args.no_agent,
+                                             live=False, quick=True))
+    doc = {"scenario": args.scenario, "agent": not args.no_agent, **RESULT,
+           "passed": report["passed"], "error": report["error"],
+           "duration": report["duration_seconds"]}
+    labkit.dump(args.out, doc)
+    ok = bool(RESULT) and not report["error"]
+    if ok:
+        import shutil  # noqa: PLC0415
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        print(f"{args.scenario}: {report['error'] or 'no result'} (logs in {workdir})",
+              file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
