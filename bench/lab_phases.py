@@ -53,7 +53,7 @@ async def settle(rec: Recorder) -> None:
 # --- detection ---------------------------------------------------------------------------
 
 async def lost_peer(world: BenchWorld, edge: Edge, rec: Recorder) -> dict[str, Any]:
-    probe = TunnelProbe(edge, world.mqtt_port, period=0.1, timeout=0.3).start()
+    probe = TunnelProbe(edge.ns, world.mqtt_port, period=0.1, timeout=0.3).start()
     try:
         prior = _newest(rec.last.actions if rec.last else [])
         t0, w0 = time.monotonic(), time.time()
@@ -68,7 +68,7 @@ async def lost_peer(world: BenchWorld, edge: Edge, rec: Recorder) -> dict[str, A
         done = await rec.until(lambda s: _newest(s.actions) == stamp
                                and s.actions[0].get("result") != "in_progress",
                                90, "the restart's result", t0)
-        ok = await rec.until(wg_is("ok"), 90, "wireguard ok again", t0)
+        ok = await rec.until(wg_is("ok"), 90, "wireguard ok again", failed.mono)
         return {"detect": failed.mono - t0, "reason": failed.checks["wireguard"][1],
                 "decision_after_fault": decision - w0, "traffic": flowing - decision,
                 "ok_after_decision": ok.wall - decision,
@@ -97,7 +97,7 @@ async def blackhole(world: BenchWorld, edge: Edge, rec: Recorder) -> dict[str, A
 
 
 async def incident(world: BenchWorld, edge: Edge, rec: Recorder) -> dict[str, Any]:
-    probe = TunnelProbe(edge, world.mqtt_port, period=0.5, timeout=0.5).start()
+    probe = TunnelProbe(edge.ns, world.mqtt_port, period=0.5, timeout=0.5).start()
     try:
         t0 = time.monotonic()
         hs = rec.last_handshake(t0)

@@ -188,14 +188,14 @@ def wall_after(moment: float) -> Callable[[Sample], bool]:
 
 # --- traffic through the tunnel ------------------------------------------------------------
 
-def tunnel_open(edge: Edge, port: int, timeout: float = 0.5) -> bool:
+def tunnel_open(ns: str, host: str, port: int, timeout: float = 0.5) -> bool:
     """Does a TCP connection to the broker's cluster address (only the tunnel routes it)
     open from inside the edge? That is "traffic flows" as a workload sees it."""
-    with nsutil.inside(edge.ns):
+    with nsutil.inside(ns):
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
-        sock.connect((BROKER_CLUSTER_IP, port))
+        sock.connect((host, port))
     except OSError:
         return False
     else:
@@ -208,15 +208,16 @@ def tunnel_open(edge: Edge, port: int, timeout: float = 0.5) -> bool:
 class TunnelProbe:
     """Runs :func:`tunnel_open` every ``period`` seconds; keeps (wall, mono, ok)."""
 
-    edge: Edge
+    ns: str
     port: int
+    host: str = BROKER_CLUSTER_IP
     period: float = 0.5
     timeout: float = 0.5
     results: list[tuple[float, float, bool]] = field(default_factory=list)
     _task: asyncio.Task[None] | None = None
 
     def start(self) -> TunnelProbe:
-        self._task = asyncio.create_task(self._loop(), name=f"bench.probe.{self.edge.name}")
+        self._task = asyncio.create_task(self._loop(), name=f"bench.probe.{self.ns}")
         return self
 
     async def stop(self) -> None:
@@ -227,7 +228,8 @@ class TunnelProbe:
     async def _loop(self) -> None:
         while True:
             began = time.monotonic()
-            ok = await asyncio.to_thread(tunnel_open, self.edge, self.port, self.timeout)
+            ok = await asyncio.to_thread(tunnel_open, self.ns, self.host, self.port,
+                                         self.timeout)
             self.results.append((time.time(), began, ok))
             await asyncio.sleep(max(0.0, self.period - (time.monotonic() - began)))
 

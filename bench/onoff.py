@@ -58,7 +58,7 @@ class ProbedLab(Lab):
         super().__init__(*args, **kw)
         self.wall0 = time.time() - (time.monotonic() - self.t0)
         edge = self.world.edges[0]
-        self.probe = TunnelProbe(edge, self.world.mqtt_port).start()
+        self.probe = TunnelProbe(edge.ns, self.world.mqtt_port).start()
         ProbedLab.current = self
 
     async def until(self, predicate: Callable[[], bool], within: float, what: str) -> bool:

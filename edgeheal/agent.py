@@ -108,6 +108,8 @@ class Agent:
             extras["path"] = paths.path_verdict(snap, self.config)
         if self.remediator is not None:
             extras["remediation"] = self.remediator.view()
+        if self.alerts is not None:
+            extras["alerts"] = self.alerts.view()
         if extras:
             snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
                             taken_mono=snap.taken_mono, round_complete=round_complete,

@@ -658,6 +658,9 @@ def reference() -> list[tuple[str, str, str]]:
             if f.name == "source":
                 continue
             tp, key = hints[f.name], _join(path, f.name)
+            if typing.get_origin(tp) in (types.UnionType, typing.Union):
+                tables = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+                tp = tables[0] if tables else tp  # an optional section: document its keys
             sub = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else tp
             if dataclasses.is_dataclass(sub):
                 walk(sub, key + ("[]" if sub is not tp else ""))  # type: ignore[arg-type]

@@ -283,7 +283,9 @@ class AlertEngine:
             return "mqtt.unreachable", "mqtt.recovered"
         if name == "wireguard" and f"wireguard.{status.reason}" in kinds.KINDS:
             return f"wireguard.{status.reason}", "wireguard.recovered"
-        if name == "offload" and status.state is State.FAILED:
+        if name == "wireguard" and status.state is State.FAILED:
+            return "wireguard.failed", "wireguard.recovered"
+        if name == "offload" and status.reason == "cannot_disable":
             return "offload.cannot_disable", "offload.recovered"
         return "check.failed", "check.recovered"
 

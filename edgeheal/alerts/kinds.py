@@ -36,6 +36,10 @@ KINDS: dict[str, Kind] = {
     "wireguard.dead": Kind(
         "critical", "No handshake for longer than REJECT_AFTER_TIME: the tunnel carries "
         "nothing.", problem=True),
+    "wireguard.failed": Kind(
+        "critical", "The tunnel failed for a reason of Flannel's own state: `no_peers` (the "
+        "device lost its peers), `never_connected` or `interface_missing`; `detail.reason` "
+        "says which.", problem=True),
     "wireguard.recovered": Kind("info", "The tunnel works again (clears the problem)."),
     "mqtt.unreachable": Kind(
         "critical", "An MQTT target cannot be reached or refuses us (critical for required "
@@ -51,6 +55,19 @@ KINDS: dict[str, Kind] = {
         "critical", "Any other check left `ok` (its `detail.state`/`detail.reason` say "
         "how); warning when the check is not required.", problem=True),
     "check.recovered": Kind("info", "That check is `ok` again (clears the problem)."),
+    "remediation.restarted": Kind(
+        "warning", "edgeheal restarted this node's Flannel (`detail.mode`: pod or "
+        "k3s-service; `detail.target`: the pod or unit)."),
+    "remediation.recovered": Kind("info", "The tunnel recovered after a restart."),
+    "remediation.failed": Kind(
+        "critical", "A restart could not be carried out, or did not cure the tunnel within "
+        "`verify_timeout`; `detail` says which (a permission problem needs a human)."),
+    "remediation.skipped": Kind(
+        "warning", "The tunnel failed but edgeheal did not restart it; `detail.reason` "
+        "names the safeguard (e.g. `direct_path_down`: an uplink or cloud outage)."),
+    "remediation.circuit_open": Kind(
+        "critical", "`give_up_after` restarts did not cure the tunnel: no more restarts "
+        "until it is healthy again or `edgeheal remediation reset`. A human is needed."),
     "agent.started": Kind(
         "info", "The agent started; `detail.previous_run` is `clean`, `unclean` (killed, "
         "crashed or power loss) or `none` (first start)."),

@@ -149,7 +149,10 @@ async def test_a_worse_reason_while_the_problem_lasts_keeps_the_correlation(
     ("broker-direct", State.FAILED, "refused", False, "mqtt.unreachable", "warning"),
     ("offload", State.FAILED, "cannot_disable", True, "offload.cannot_disable", "critical"),
     ("wireguard", State.UNKNOWN, "check_timeout", True, "check.failed", "warning"),
-    ("wireguard", State.FAILED, "no_such_reason", True, "check.failed", "critical"),
+    ("wireguard", State.FAILED, "no_peers", True, "wireguard.failed", "critical"),
+    ("wireguard", State.UNKNOWN, "permission_denied", True, "check.failed", "warning"),
+    ("offload", State.DEGRADED, "cannot_disable", True, "offload.cannot_disable", "critical"),
+    ("offload", State.FAILED, "interface_missing", True, "check.failed", "critical"),
     ("other", State.DEGRADED, "slow", True, "check.failed", "warning"),
 ])
 async def test_the_kind_and_severity_follow_the_check_and_the_table(  # noqa: PLR0917
