@@ -164,9 +164,10 @@ end
 
 
 def wrk(edge: Edge, seconds: int, rate: int, workdir: Path) -> dict[str, Any]:
-    conns = 10
+    conns = 20
     script = workdir / "readyz.lua"
-    script.write_text(WRK_SCRIPT % {"delay": conns * 1000 // rate})
+    # each connection's cycle is its delay plus about a millisecond of latency
+    script.write_text(WRK_SCRIPT % {"delay": conns * 1000 // rate - 1})
     proc = run(["wrk", "-t", "2", "-c", str(conns), "-d", f"{seconds}s",
                        "-s", str(script), f"http://127.0.0.1:{labkit.agent_port()}/readyz"],
                       ns=edge.ns, timeout=seconds + 60)

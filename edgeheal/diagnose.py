@@ -45,8 +45,10 @@ no CAP_NET_RAW (:class:`CaptureUnavailable`) or a WireGuard device that cannot b
 from __future__ import annotations
 
 import enum
+import errno
 import ipaddress
 import logging
+import select
 import socket
 import struct
 import time
@@ -143,6 +145,8 @@ class Tally:
 
     counts: Counter[tuple[str, Direction, MessageType]] = field(default_factory=Counter)
     packets: int = 0
+    link_down: int = 0
+    """How often the capture socket reported the link going down (ENETDOWN)."""
 
     def add(self, src: str, sport: int, dst: str, dport: int, payload: bytes, *,
             local: frozenset[str], ports: frozenset[int]) -> None:
@@ -251,6 +255,8 @@ class Evidence:
     missing_interfaces: tuple[str, ...] = ()
     offload: Mapping[str, bool] | None = None
     """Uplink TX checksum feature -> on; None: could not be read."""
+    uplink_down: str | None = None
+    """``down`` / ``no carrier`` / ``went down during the capture``; None: up."""
     udp_before: UdpCounters | None = None
     udp_after: UdpCounters | None = None
     peers: tuple[PeerEvidence, ...] = ()
@@ -409,6 +415,10 @@ def judge(evidence: Evidence) -> Verdict:
     findings = tuple(judge_peer(p, offload_on=evidence.offload_on) for p in evidence.peers)
     active = [f for f in findings if f.code is not Code.QUIET]
     code = min((f.code for f in active), key=_PRIORITY.index, default=Code.NO_TRAFFIC)
+    if evidence.uplink_down:
+        notes.insert(0, f"the uplink {evidence.uplink} is {evidence.uplink_down}")
+        if code in (Code.NO_TRAFFIC, Code.HEALTHY):
+            code = Code.PATH_DOWN
     if evidence.offload_on and code is not Code.CHECKSUM_OFFLOAD:
         on = ", ".join(k for k, v in (evidence.offload or {}).items() if v)
         notes.append(f"TX checksum offload is on on {evidence.uplink} ({on}): handshakes may "
@@ -443,6 +453,7 @@ def to_json(evidence: Evidence, verdict: Verdict) -> dict[str, Any]:
         "verdict": {"code": verdict.code.value, "problem": verdict.problem,
                     "summary": verdict.summary, "advice": verdict.advice},
         "uplink": evidence.uplink,
+        "uplink_down": evidence.uplink_down,
         "seconds": evidence.seconds,
         "ports": list(evidence.ports),
         "interfaces": list(evidence.interfaces),
@@ -622,13 +633,17 @@ def require_capture() -> None:
 
 
 def capture(uplink: str, ports: Sequence[int], seconds: float) -> Tally:
-    """Count the WireGuard messages on ``uplink`` for ``seconds`` (scapy, CAP_NET_RAW)."""
+    """Count the WireGuard messages on ``uplink`` for ``seconds`` (scapy, CAP_NET_RAW).
+
+    Our own receive loop rather than scapy's ``sniff``: ``sniff`` drops a socket that
+    reports an error and ends early, and a packet socket reports ENETDOWN once when its
+    link flaps, which is exactly when a diagnosis must keep listening.
+    """
     try:
         from scapy.arch.linux import L2ListenSocket  # noqa: PLC0415 - heavy, only here
         from scapy.config import conf  # noqa: PLC0415
         from scapy.layers.inet import IP, UDP  # noqa: PLC0415
         from scapy.layers.inet6 import IPv6  # noqa: PLC0415
-        from scapy.sendrecv import sniff  # noqa: PLC0415
     except ImportError as err:
         raise CaptureUnavailable(f"scapy is not installed or incomplete: {err}") from err
     try:
@@ -650,21 +665,47 @@ def capture(uplink: str, ports: Sequence[int], seconds: float) -> Tally:
             attach_filter(sock.ins, ports)
         except OSError as err:  # the Python check below still filters
             log.debug("BPF filter not attached: %s", err)
-
-        def handle(pkt: Any) -> None:
+        deadline = time.monotonic() + seconds
+        while (remain := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([sock.ins], [], [], remain)
+            if not ready:
+                continue
+            try:
+                pkt = sock.recv()
+            except OSError as err:
+                if err.errno not in (errno.ENETDOWN, errno.ENODEV, errno.ENXIO):
+                    raise DiagnoseError(f"{uplink}: capture failed: {err}") from err
+                tally.link_down += 1
+                continue
+            if pkt is None:
+                continue
             ip = pkt.getlayer(IP) or pkt.getlayer(IPv6)
             udp = pkt.getlayer(UDP)
-            if ip is None or udp is None:
-                return
-            if udp.sport not in wanted and udp.dport not in wanted:
-                return
+            if ip is None or udp is None or (
+                    udp.sport not in wanted and udp.dport not in wanted):
+                continue
             tally.add(str(ip.src), int(udp.sport), str(ip.dst), int(udp.dport),
                       bytes(udp.payload), local=local, ports=wanted)
-
-        sniff(opened_socket=sock, timeout=seconds, store=False, prn=handle)
     finally:
         sock.close()
     return tally
+
+
+def link_down(ifname: str) -> str | None:
+    """``"down"`` / ``"no carrier"`` when the link is not up and running, else None."""
+    import fcntl  # noqa: PLC0415
+
+    siocgifflags, iff_up, iff_running = 0x8913, 0x1, 0x40
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            answer = fcntl.ioctl(sock.fileno(), siocgifflags,
+                                 struct.pack("16sH22x", ifname.encode()[:15], 0))
+        except OSError:
+            return None
+    (flags,) = struct.unpack_from("H", answer, 16)
+    if not flags & iff_up:
+        return "down"
+    return None if flags & iff_running else "no carrier"
 
 
 # --- gathering the evidence --------------------------------------------------------------
@@ -743,7 +784,7 @@ def build_evidence(*, uplink: str, seconds: float, before: Sequence[Any],
                    after: Sequence[Any], missing: Sequence[str], tally: Tally,
                    offload: Mapping[str, bool] | None, udp_before: UdpCounters | None,
                    udp_after: UdpCounters | None, now: float, notes: Sequence[str] = (),
-                   ) -> Evidence:
+                   uplink_down: str | None = None) -> Evidence:
     """Join the capture with the devices' peers by endpoint. Pure."""
     peers_before = {(d.interface, p.public_key): p for d in before for p in d.peers}
     by_endpoint: dict[str, tuple[str, Any]] = {}
@@ -764,6 +805,8 @@ def build_evidence(*, uplink: str, seconds: float, before: Sequence[Any],
     return Evidence(uplink=uplink, seconds=seconds, ports=ports,
                     interfaces=tuple(d.interface for d in before),
                     missing_interfaces=tuple(missing), offload=offload,
+                    uplink_down=uplink_down or (
+                        "went down during the capture" if tally.link_down else None),
                     udp_before=udp_before, udp_after=udp_after, peers=tuple(out),
                     packets=tally.packets, now=now, notes=tuple(notes))
 
@@ -828,8 +871,10 @@ async def diagnose(config: Any, *, interface: str | None = None,
     if not devices or not ports:
         evidence = Evidence(uplink=uplink, seconds=0.0, ports=(), interfaces=(),
                             missing_interfaces=tuple(missing), offload=offload,
+                            uplink_down=link_down(uplink),
                             now=time.time(), notes=tuple(notes))
         return evidence, judge(evidence)
+    down_before = link_down(uplink)
     udp_before = read_udp_counters()
     log.info("capturing %g s of UDP port(s) %s on %s", span, ports, uplink)
     tally = await asyncio.to_thread(capture_fn or capture, uplink, ports, span)
@@ -838,7 +883,7 @@ async def diagnose(config: Any, *, interface: str | None = None,
     evidence = build_evidence(uplink=uplink, seconds=span, before=devices, after=after,
                               missing=missing, tally=tally, offload=offload,
                               udp_before=udp_before, udp_after=udp_after, now=time.time(),
-                              notes=notes)
+                              notes=notes, uplink_down=down_before or link_down(uplink))
     return evidence, judge(evidence)
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from edgeheal.diagnose import attach_filter
+from edgeheal.diagnose import attach_filter, link_down
 from edgeheal.lab.netns import Sandbox, run
 from edgeheal.lab.nsutil import inside
 
@@ -73,3 +73,18 @@ def test_the_filter_passes_udp_on_the_listen_port_either_way_and_nothing_else(
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_the_link_state_reads_up_down_and_no_carrier(pair: tuple[str, str, str]) -> None:
+    ns, peer_ns, uplink = pair
+    peer_if = run(["ip", "-o", "link", "show", "type", "veth"], ns=peer_ns).stdout.split(":")[1]
+    peer_if = peer_if.strip().split("@")[0]
+    with inside(ns):
+        assert link_down(uplink) is None
+        assert link_down("ehnosuchif0") is None  # absent: not ours to judge here
+    run(["ip", "link", "set", peer_if, "down"], ns=peer_ns)
+    with inside(ns):
+        assert link_down(uplink) == "no carrier"
+    run(["ip", "link", "set", uplink, "down"], ns=ns)
+    with inside(ns):
+        assert link_down(uplink) == "down"

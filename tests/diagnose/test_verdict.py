@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 
@@ -246,3 +247,14 @@ def test_the_bpf_program_is_well_formed(ports: list[int]) -> None:
 def test_the_bpf_program_refuses_no_or_too_many_ports(ports: list[int]) -> None:
     with pytest.raises(ValueError, match="ports"):
         bpf_program(ports)
+
+
+@pytest.mark.parametrize(("peers", "expected"), [((), Code.PATH_DOWN),
+                                                 ((HEALTHY,), Code.PATH_DOWN),
+                                                 ((INCIDENT,), Code.UNANSWERED)])
+def test_an_uplink_that_is_down_explains_silence(peers: tuple[PeerEvidence, ...],
+                                                 expected: Code) -> None:
+    ev = dataclasses.replace(evidence(*peers), uplink_down="no carrier")
+    verdict = judge(ev)
+    assert verdict.code is expected
+    assert verdict.notes[0] == "the uplink wwan0 is no carrier"

@@ -262,12 +262,26 @@ def test_the_boot_runs_the_offload_oneshot_before_k3s(container: Container) -> N
 
 
 K3S_RESTART = """\
-import asyncio, json
+import asyncio
 from edgeheal.config import ServiceSettings
 from edgeheal.remedies.k3s_service import K3sServiceRemedy
 out = asyncio.run(K3sServiceRemedy(ServiceSettings(unit="auto", timeout=30.0)).restart())
-print(json.dumps({"ok": True, "outcome": repr(out)}))
+print("k3s-service remedy:", out)
 """
+SANDBOXED = "edgeheal-remedy-probe.service"
+"""edgeheal.service's own [Service] sandbox (user, capability, seccomp, namespaces...),
+running the remedy once instead of the agent."""
+
+
+def sandboxed_unit(box: Container, script: str) -> str:
+    unit = box.run(["cat", f"/etc/systemd/system/{UNIT}"]).stdout
+    drop = ("NotifyAccess=", "WatchdogSec=", "Restart=", "RestartSec=",
+            "RestartPreventExitStatus=", "WantedBy=", "Environment=")
+    lines = [line for line in unit.splitlines() if not line.startswith(drop)]
+    lines = [("Type=oneshot" if line.startswith("Type=") else
+              f"ExecStart={PY} {script}" if line.startswith("ExecStart=") else line)
+             for line in lines]
+    return "\n".join(lines) + "\n"
 
 
 def as_agent_user(box: Container, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -291,8 +305,16 @@ def test_k3s_service_mode_restarts_k3s_through_polkit_and_nothing_else(
                     f"{inotify_headroom()}\n{dbus_log}")
     before = container.show("k3s-agent.service", "MainPID", "ActiveState")
     assert before["ActiveState"] == "active"
-    proc = as_agent_user(container, PY, "-c", K3S_RESTART)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    # the remedy, run under exactly the agent's sandbox, restarts K3s through polkit
+    script = "/usr/local/share/edgeheal-test/k3s_restart.py"
+    container.write(script, K3S_RESTART)
+    container.write(f"/run/systemd/system/{SANDBOXED}", sandboxed_unit(container, script))
+    container.systemctl("daemon-reload")
+    cursor = container.cursor()
+    proc = container.systemctl("start", SANDBOXED, check=False)
+    log = log_since(container, cursor, SANDBOXED)
+    assert proc.returncode == 0, log[-2000:]
+    assert "k3s-service remedy:" in log, log[-2000:]
     after = container.show("k3s-agent.service", "MainPID", "ActiveState")
     assert after["ActiveState"] == "active"
     assert after["MainPID"] != before["MainPID"], "k3s-agent.service was not restarted"
