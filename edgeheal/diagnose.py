@@ -417,7 +417,7 @@ def judge(evidence: Evidence) -> Verdict:
     code = min((f.code for f in active), key=_PRIORITY.index, default=Code.NO_TRAFFIC)
     if evidence.uplink_down:
         notes.insert(0, f"the uplink {evidence.uplink} is {evidence.uplink_down}")
-        if code in (Code.NO_TRAFFIC, Code.HEALTHY):
+        if code is Code.NO_TRAFFIC:
             code = Code.PATH_DOWN
     if evidence.offload_on and code is not Code.CHECKSUM_OFFLOAD:
         on = ", ".join(k for k, v in (evidence.offload or {}).items() if v)

@@ -402,7 +402,7 @@ class WireguardCheck:
         if isinstance(spec, tuple):
             return listed_peers(device, spec)
         addrs = await self._target_addresses()
-        if addrs is None:
+        if not addrs:  # no tunnel-path target, or none resolvable (logged): all peers
             return {p.public_key for p in device.peers}
         return route_peers(device, addrs)
 
@@ -484,13 +484,15 @@ class WireguardCheck:
         candidates: list[tuple[State, str, str]] = [
             (REASONS[r], r, m) for r, m in problems.values()]
         if not watched:
-            what = ("the peers routing the tunnel-path MQTT targets"
-                    if self._settings.watch_peers == "auto"
-                    and any(t.path == "tunnel" for t in self.ctx.config.mqtt.targets)
-                    else "a watched peer")
             names = ", ".join(d.interface for d in devices)
-            candidates.append((State.FAILED, "no_peers", f"{names} has no {what} configured "
-                               f"({len(views)} other peer(s))"))
+            tunnel = [t.host for t in self.ctx.config.mqtt.targets if t.path == "tunnel"]
+            if self._settings.watch_peers == "auto" and tunnel:
+                text = (f"no peer on {names} routes the tunnel-path MQTT target(s) "
+                        f"{', '.join(tunnel)}")
+            else:
+                text = f"no watched peer is configured on {names}"
+            candidates.append((State.FAILED, "no_peers",
+                               f"{text} ({len(views)} other peer(s))"))
         for v in watched:
             where = f"peer {v.peer} ({v.endpoint or 'no endpoint'}) on {v.interface}"
             candidates.append((v.state, v.reason, f"{where}: {v.message}"))

@@ -11,7 +11,7 @@ import itertools
 from html import escape
 from typing import Any
 
-WIDTH, PANEL, MARGIN = 1000, 260, 60
+WIDTH, PANEL, MARGIN, LEFT = 1000, 260, 60, 110
 COLOURS = {"ok": "#3a9d5d", "degraded": "#e0a526", "unknown": "#9a9a9a", "failed": "#d64545"}
 SOURCES = {"lab": "#5b3fd1", "api": "#1f77b4", "alert": "#d62790"}
 
@@ -30,10 +30,10 @@ def timeline_svg(report: dict[str, Any]) -> str:
            f'{"passed" if report.get("passed") else "FAILED"}</text>',
            f'<text x="{MARGIN}" y="40" fill="#555">{escape(str(report.get("summary", "")))}'
            '</text>']
-    plot_w = WIDTH - 2 * MARGIN
+    plot_w = WIDTH - LEFT - MARGIN
 
     def x(t: float) -> float:
-        return MARGIN + plot_w * t / end
+        return LEFT + plot_w * t / end
 
     for row, edge in enumerate(edges):
         top = MARGIN + row * (PANEL + 30)
@@ -43,14 +43,14 @@ def timeline_svg(report: dict[str, Any]) -> str:
         ages = [(s["t"], _watched(s, "handshake_age_seconds")) for s in rows]
         max_age = max([a for _, a in ages if a is not None] + [200.0])
         chart_top, chart_h = top + 18, PANEL - 90
-        out.append(f'<rect x="{MARGIN}" y="{chart_top}" width="{plot_w}" height="{chart_h}" '
+        out.append(f'<rect x="{LEFT}" y="{chart_top}" width="{plot_w}" height="{chart_h}" '
                    'fill="none" stroke="#ccc"/>')
         for mark in (120, 180):  # REKEY_AFTER_TIME, REJECT_AFTER_TIME
             if mark <= max_age:
                 y = chart_top + chart_h * (1 - mark / max_age)
-                out.append(f'<line x1="{MARGIN}" x2="{MARGIN + plot_w}" y1="{y:.1f}" '
+                out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" '
                            f'y2="{y:.1f}" stroke="#bbb" stroke-dasharray="4 3"/>'
-                           f'<text x="{MARGIN + plot_w + 3}" y="{y + 4:.1f}" fill="#888">'
+                           f'<text x="{LEFT + plot_w + 3}" y="{y + 4:.1f}" fill="#888">'
                            f'{mark}s</text>')
         rx = [(s["t"], _watched(s, "rx_bytes")) for s in rows]
         prev: tuple[float, float] | None = None
@@ -69,13 +69,13 @@ def timeline_svg(report: dict[str, Any]) -> str:
         if points:
             out.append(f'<polyline points="{points}" fill="none" stroke="#222" '
                        'stroke-width="1.5"/>')
-        out.append(f'<text x="{MARGIN + 4}" y="{chart_top + 12}" fill="#222">handshake age '
-                   f'(max {max_age:.0f}s)</text><text x="{MARGIN + 4}" '
+        out.append(f'<text x="{LEFT + 4}" y="{chart_top + 12}" fill="#222">handshake age '
+                   f'(max {max_age:.0f}s)</text><text x="{LEFT + 4}" '
                    f'y="{chart_top + 24}" fill="#3182bd">rx bytes/s (bars)</text>')
         checks = sorted({c for s in rows for c in (s.get("checks") or {})})
         for i, check in enumerate(checks):
             y = chart_top + chart_h + 8 + i * 14
-            out.append(f'<text x="{MARGIN - 4}" y="{y + 9}" text-anchor="end">'
+            out.append(f'<text x="{LEFT - 4}" y="{y + 9}" text-anchor="end">'
                        f'{escape(check)}</text>')
             for a, b in itertools.pairwise(rows):
                 state = (a.get("checks") or {}).get(check)

@@ -250,7 +250,7 @@ def test_the_bpf_program_refuses_no_or_too_many_ports(ports: list[int]) -> None:
 
 
 @pytest.mark.parametrize(("peers", "expected"), [((), Code.PATH_DOWN),
-                                                 ((HEALTHY,), Code.PATH_DOWN),
+                                                 ((HEALTHY,), Code.HEALTHY),
                                                  ((INCIDENT,), Code.UNANSWERED)])
 def test_an_uplink_that_is_down_explains_silence(peers: tuple[PeerEvidence, ...],
                                                  expected: Code) -> None:

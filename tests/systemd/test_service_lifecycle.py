@@ -107,7 +107,9 @@ def test_the_unit_becomes_active_only_after_ready(container: Container) -> None:
                - int(props["ExecMainStartTimestampMonotonic"])) / 1e6
     print(f"edgeheal.service: process start -> active (READY) {latency:.2f} s; "
           f"status {props['StatusText']!r}")
-    assert latency > 0
+    # a unit that is active when its process starts (Type=simple/exec) shows ~0 here; the
+    # agent needs its imports and a first round of checks (about 1 s) before READY
+    assert latency >= 0.1
 
 
 def test_a_start_whose_ready_never_arrives_fails(container: Container) -> None:

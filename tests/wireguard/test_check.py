@@ -144,7 +144,7 @@ async def test_a_removed_watched_peer_is_no_peers() -> None:
     reader.devices["flannel-wg"] = replace(full, peers=full.peers[1:])
     result = await check.run()
     assert (result.state, result.reason) == (State.FAILED, "no_peers")
-    assert "tunnel-path MQTT targets" in result.message
+    assert "routes the tunnel-path MQTT target(s) 10.42.0.17" in result.message
     assert [r["peer"] for r in result.detail["peers"]] == [EDGE2[:8]]
 
 
@@ -236,6 +236,16 @@ async def test_a_peer_that_disappears_leaves_the_metrics() -> None:
     reader.devices["flannel-wg"] = replace(full, peers=full.peers[:1])
     await check.run()
     assert EDGE2[:8] not in generate_latest(registry).decode()
+
+
+async def test_an_unresolvable_tunnel_target_watches_every_peer_rather_than_none(
+        caplog: pytest.LogCaptureFixture) -> None:
+    check, reader, clock, _ = make(TOML.replace('"10.42.0.17"', '"broker.invalid"'))
+    reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=10)
+    result = await check.run()
+    assert result.reason == "ok"
+    assert all(r["watched"] for r in result.detail["peers"])
+    assert "cannot resolve tunnel target broker.invalid" in caplog.text
 
 
 def test_the_factory_registers_one_check_and_none_without_interfaces() -> None:
