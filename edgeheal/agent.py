@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import importlib
 import logging
 import signal
 import time
@@ -37,6 +36,7 @@ from edgeheal.config import Config
 from edgeheal.control import ControlServer
 from edgeheal.model import CheckResult, CheckStatus, Snapshot, State
 from edgeheal.notify import Notifier
+from edgeheal.paths import path_verdict
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,6 @@ class Agent:
         self._history: dict[str, tuple[CheckResult, ...]] = {}
         self._snapshot = Snapshot(node=config.node, checks={}, started_mono=self.started_mono,
                                   taken_mono=self.started_mono)
-        self._changed = asyncio.Event()
         self._ready_sent = False
         self._summary = ""
         self.ctx = Context(config=config, registry=self.registry, clock=clock,
@@ -86,8 +85,11 @@ class Agent:
         for check in self.checks:
             self._statuses[check.name] = debounce.initial(
                 check.name, required=check.settings.required, now=now, wall=wall_now)
-        self.alerts = _optional_build("edgeheal.alerts.engine", self.ctx)
-        self.remediator = _optional_build("edgeheal.remediation", self.ctx)
+        from edgeheal import remediation  # noqa: PLC0415 - after the checks registered
+        from edgeheal.alerts import engine  # noqa: PLC0415
+
+        self.alerts = engine.build(self.ctx)
+        self.remediator = remediation.build(self.ctx)
         self._publish()
 
     # --- the snapshot ---------------------------------------------------------------------
@@ -102,20 +104,15 @@ class Agent:
         snap = Snapshot(node=self.config.node, checks=self._statuses,
                         started_mono=self.started_mono, taken_mono=now,
                         round_complete=round_complete)
-        extras: dict[str, Any] = {}
-        paths = _optional_module("edgeheal.paths")
-        if paths is not None:
-            extras["path"] = paths.path_verdict(snap, self.config)
+        extras: dict[str, Any] = {"path": path_verdict(snap, self.config)}
         if self.remediator is not None:
             extras["remediation"] = self.remediator.view()
         if self.alerts is not None:
             extras["alerts"] = self.alerts.view()
-        if extras:
-            snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
-                            taken_mono=snap.taken_mono, round_complete=round_complete,
-                            extras=extras)
+        snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
+                        taken_mono=snap.taken_mono, round_complete=round_complete,
+                        extras=extras)
         self._snapshot = snap
-        self._changed.set()
         if self.alerts is not None:
             self.alerts.observe(snap)
 
@@ -208,12 +205,6 @@ class Agent:
     def live(self) -> bool:
         return self.clock() - self.last_tick < 5 * TICK + 1.0
 
-    async def wait_changed(self) -> Snapshot:
-        """Wait for the next published snapshot (used by actors such as the remediator)."""
-        self._changed.clear()
-        await self._changed.wait()
-        return self._snapshot
-
     async def run(self) -> None:
         """Run until :attr:`stop_event` is set (SIGTERM/SIGINT set it)."""
         from edgeheal import http  # noqa: PLC0415 - aiohttp only for `run`
@@ -289,20 +280,6 @@ async def _guard(name: str, factory: Callable[[], Awaitable[None]]) -> None:
             delay = 1.0
         await asyncio.sleep(delay)
         delay = min(delay * 2, RESTART_BACKOFF_MAX)
-
-
-def _optional_module(name: str) -> Any:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name is None or not name.startswith(err.name):
-            raise
-        return None
-
-
-def _optional_build(module: str, ctx: Context) -> Any:
-    mod = _optional_module(module)
-    return mod.build(ctx) if mod is not None else None
 
 
 def run_forever(config: Config) -> None:

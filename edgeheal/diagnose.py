@@ -302,8 +302,8 @@ SUMMARY = {
     Code.CHECKSUM_OFFLOAD: "handshakes are sent but never answered while TX checksum offload "
                            "is on: rekey packets are probably leaving with bad checksums; run "
                            "`edgeheal offload apply`",
-    Code.PATH_DOWN: "packets are sent but nothing at all comes back: the uplink or the cloud "
-                    "path is down",
+    Code.PATH_DOWN: "nothing at all comes back from the peer: the uplink or the cloud path "
+                    "is down",
     Code.HANDSHAKE_REJECTED: "handshake messages arrive but the handshake never completes: "
                              "look at the peer's keys (public and preshared) and endpoint",
     Code.UNANSWERED: "handshakes are sent but never answered (TX checksum offload is off): "

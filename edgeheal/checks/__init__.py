@@ -96,11 +96,7 @@ def register(module: str, factory: Factory, doc: str = "") -> None:
 
 def registrations() -> list[Registration]:
     for name in BUILTIN:
-        try:
-            importlib.import_module(f"edgeheal.checks.{name}")
-        except ModuleNotFoundError as err:  # TODO(lead): strict once all modules exist
-            if err.name != f"edgeheal.checks.{name}":
-                raise
+        importlib.import_module(f"edgeheal.checks.{name}")
     return [_REGISTRY[name] for name in BUILTIN if name in _REGISTRY]
 
 

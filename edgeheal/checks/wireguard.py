@@ -47,7 +47,7 @@ import ipaddress
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -318,8 +318,10 @@ class WireguardCheck:
     name = NAME
 
     def __init__(self, ctx: checks.Context, *, reader: Reader | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 resolve: Callable[[str], Awaitable[list[str]]] | None = None) -> None:
         self.ctx = ctx
+        self._resolve = resolve or _resolve
         self.settings: CheckSettings = ctx.config.wireguard
         self._settings: WireguardSettings = ctx.config.wireguard
         self._reader = reader
@@ -380,7 +382,6 @@ class WireguardCheck:
         if self._resolved is not None and now - self._resolved[0] < 60.0:
             return self._resolved[1]
         addrs: list[Any] = []
-        loop = asyncio.get_running_loop()
         for host in hosts:
             try:
                 addrs.append(ipaddress.ip_address(host))
@@ -388,12 +389,12 @@ class WireguardCheck:
             except ValueError:
                 pass
             try:
-                infos = await loop.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+                found = await self._resolve(host)
             except OSError as err:
                 log.warning("cannot resolve tunnel target %s: %s", host, err,
                             extra={"check": NAME})
                 continue
-            addrs.extend(ipaddress.ip_address(str(i[4][0]).split("%")[0]) for i in infos)
+            addrs.extend(ipaddress.ip_address(a.split("%")[0]) for a in found)
         self._resolved = (now, addrs)
         return addrs
 
@@ -504,6 +505,11 @@ class WireguardCheck:
         bad = [c for c in candidates if c[0] is worst[0]]
         extra = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
         return CheckResult(worst[0], worst[1], worst[2] + extra, detail)
+
+
+async def _resolve(host: str) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
 
 
 def factory(ctx: checks.Context) -> list[checks.Check]:

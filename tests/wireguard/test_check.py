@@ -240,12 +240,33 @@ async def test_a_peer_that_disappears_leaves_the_metrics() -> None:
 
 async def test_an_unresolvable_tunnel_target_watches_every_peer_rather_than_none(
         caplog: pytest.LogCaptureFixture) -> None:
-    check, reader, clock, _ = make(TOML.replace('"10.42.0.17"', '"broker.invalid"'))
+    async def no_dns(host: str) -> list[str]:
+        raise OSError(f"[Errno -2] Name or service not known: {host}")
+
+    clock, reader = Clock(), FakeReader()
+    check = wgcheck.WireguardCheck(
+        context(TOML.replace('"10.42.0.17"', '"broker.invalid"'), clock=lambda: clock.mono),
+        reader=reader, wall=lambda: clock.wall, resolve=no_dns)
     reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=10)
     result = await check.run()
     assert result.reason == "ok"
     assert all(r["watched"] for r in result.detail["peers"])
     assert "cannot resolve tunnel target broker.invalid" in caplog.text
+
+
+async def test_a_tunnel_target_host_name_is_resolved_and_routed() -> None:
+    async def dns(host: str) -> list[str]:
+        assert host == "broker.example"
+        return ["10.42.0.17", "fd00:42::17%eth0"]
+
+    clock, reader = Clock(), FakeReader()
+    check = wgcheck.WireguardCheck(
+        context(TOML.replace('"10.42.0.17"', '"broker.example"'), clock=lambda: clock.mono),
+        reader=reader, wall=lambda: clock.wall, resolve=dns)
+    reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=900)
+    result = await check.run()
+    assert result.reason == "ok"
+    assert [r["watched"] for r in result.detail["peers"]] == [True, False]
 
 
 def test_the_factory_registers_one_check_and_none_without_interfaces() -> None:
