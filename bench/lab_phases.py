@@ -1,12 +1,12 @@
-"""The lab benchmarks that need a whole world: detection, footprint, ten edges.
+"""The lab benchmarks that need a whole world: detection, footprint, ten edges, /readyz.
 
-    python bench/lab_phases.py detection|footprint|edges --out FILE.json [--quick]  (root)
+    python bench/lab_phases.py detection|footprint|edges|readyz --out FILE.json [--quick]
 
 Each phase builds its own :class:`labkit.BenchWorld` (so phases can run as parallel
 processes without sharing a namespace switch), observes the real agent from outside as an
 operator would (``/status`` every 0.25 s, a TCP probe through the tunnel, ``/proc`` of the
 ``edgeheal run`` process, nft counters), writes raw figures as JSON for ``bench/run.py``,
-and always closes the world, also on SIGTERM.
+and always closes the world, also on SIGTERM. Needs root.
 
 - ``detection``: one edge, agent with offload enforcement off. Lost peer (the stuck-Flannel
   fault; the agent then restarts the Flannel pod, which also times decision -> traffic),
@@ -14,7 +14,9 @@ and always closes the world, also on SIGTERM.
   so every rekey is corrupted and the session dies at 180 s.
 - ``footprint``: one edge, agent on the *default* config (every feature on), collector
   stopped: RSS/PSS/CPU over the window, the uplink bytes of all probing (nft counters), the
-  highest handshake age of a healthy tunnel, then ``/readyz`` under ``wrk`` at 500 req/s.
+  highest handshake age of a healthy tunnel.
+- ``readyz``: one edge, lab config (checks every second): ``/readyz`` under ``wrk`` at
+  500 requests/s.
 - ``edges``: ten edges in one world: each agent's RSS/PSS/CPU, then a blackhole on one
   edge and a lost peer on another at the same moment.
 """
@@ -217,12 +219,33 @@ async def footprint(workdir: Path, quick: bool) -> dict[str, Any]:
             "not_ok_samples": sum(1 for s in healthy
                                   if any(st != "ok" for st, _ in s.checks.values())),
         })
+    finally:
+        if rec is not None:
+            await rec.stop()
+        await world.close()
+    return out
+
+
+async def readyz(workdir: Path, quick: bool) -> dict[str, Any]:
+    """``/readyz`` under ``wrk`` at 500 requests/s on a lab edge whose checks run every
+    second; run last, when the other benchmarks' worlds are gone."""
+    world = BenchWorld(workdir, edges=1, agent=True, offload_on_at_boot=False)
+    rec: Recorder | None = None
+    try:
+        await world.build()
+        edge = world.edges[0]
+        world.start_agent(edge)
+        rec = Recorder(world, edge, period=1.0).start()
+        await settle(rec)
+        pid = labkit.agent_pid(edge)
         before = labkit.proc_sample(pid)
-        out["wrk"] = await asyncio.to_thread(wrk, edge, 10 if quick else 30, 500, workdir)
+        out = await asyncio.to_thread(wrk, edge, 10 if quick else 30, 500, workdir)
         after = labkit.proc_sample(pid)
-        out["wrk"]["agent_cpu_percent"] = labkit.cpu_percent(before, after)
-        out["wrk"]["wireguard_during"] = rec.wg()
-        out["wrk"]["loadavg"] = labkit.loadavg()
+        out["agent_cpu_percent"] = labkit.cpu_percent(before, after)
+        out["wireguard_during"] = rec.wg()
+        out["checks_not_ok"] = sorted({n for smp in rec.samples if smp.mono >= before["mono"]
+                                       for n, (st, _) in smp.checks.items() if st != "ok"})
+        out["loadavg"] = labkit.loadavg()
     finally:
         if rec is not None:
             await rec.stop()
@@ -297,7 +320,7 @@ async def _until_value(get: Any, within: float, what: str) -> float:
     raise TimeoutError(f"no {what} within {within:g}s")
 
 
-PHASES = {"detection": detection, "footprint": footprint, "edges": edges}
+PHASES = {"detection": detection, "footprint": footprint, "edges": edges, "readyz": readyz}
 
 
 def _terminate(*_: object) -> None:

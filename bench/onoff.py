@@ -80,7 +80,11 @@ def wrap(scenario: Scenario, window: float) -> Scenario:
         stats = lab.world.collector_stats(edge)
         lost = [t for t in stats.get("lost_at", []) if start_wall <= t <= end_wall]
         await lab.probe.stop()
+        started = lab.marks.get("agent_started")
         RESULT.update({
+            "agent_started": started,
+            "outage_after_agent_start": None if started is None or started <= start
+            else lab.probe.outage_seconds(lab.wall0 + started, end_wall),
             "fault_at": start, "window": window,
             "outage_seconds": lab.probe.outage_seconds(start_wall, end_wall),
             "probes": sum(1 for w, _, _ in lab.probe.results if start_wall <= w <= end_wall),

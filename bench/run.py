@@ -13,8 +13,10 @@ per-thread, and one world's teardown must never wait on another's):
   outage seconds (TCP probe through the tunnel) and collector messages lost in one window.
 - ``bench/lab_phases.py footprint``: RSS/PSS/CPU of the lab edge's agent over 10 minutes on
   the default config with every feature on, the uplink bytes of all probing (nft counters,
-  collector stopped), then ``/readyz`` latency under ``wrk`` at 500 requests/s.
+  collector stopped).
 - ``bench/lab_phases.py edges``: ten edges in one lab: per-agent cost, detection delays.
+- ``bench/lab_phases.py readyz``, last: ``/readyz`` latency under ``wrk`` at 500
+  requests/s while the agent's checks run.
 - In this process: the import floor (``bench/footprint.py``) and UAPI read vs
   ``wg show dump`` (``bench/wireguard.py``), before the worlds start.
 
@@ -153,6 +155,8 @@ async def run_all(quick: bool, tmp: Path) -> dict[str, Any]:
             detection_then_edges(jobs, quick),
             jobs.run("k3s", "k3s_restart.py", "--repeats", "1" if quick else "3"),
             *(onoff_lane(jobs, lane, window) for lane in lanes))
+        # last and alone (but for whatever else shares the machine): latency under load
+        res["readyz"] = await jobs.run("readyz", "lab_phases.py", "readyz", *flag)
     finally:
         await jobs.terminate()
     res.update(footprint=fp, detection=det_edges[0], edges=det_edges[1], k3s=k3s,
@@ -194,17 +198,19 @@ def machine() -> list[str]:
                 if ln.startswith("MemTotal:")), "0")
     wg = subprocess.run(["wireguard-go", "--version"], capture_output=True, text=True,
                         check=False).stdout.split()
-    return [f"- `uname -a`: `{' '.join(platform.uname())}`",
+    uname = subprocess.run(["uname", "-a"], capture_output=True, text=True,
+                           check=False).stdout.strip()
+    return [f"- `uname -a`: `{uname}`",
             f"- nproc: {os.cpu_count()}; memory: {int(mem) / 1024 / 1024:.1f} GiB; "
             f"Python {platform.python_version()}; wireguard-go {wg[1] if len(wg) > 1 else '?'}"]
 
 
-def render(res: dict[str, Any], argv: list[str]) -> str:
+def render(res: dict[str, Any]) -> str:
     minutes = (res["finished"] - res["started"]).total_seconds() / 60
     lines = [
         "# Benchmarks", "",
         f"Measured {res['started']:%Y-%m-%d %H:%M} UTC by `python bench/run.py"
-        f"{' ' + ' '.join(argv) if argv else ''}` in {minutes:.1f} minutes"
+        f"{' --quick' if res['quick'] else ''}` in {minutes:.1f} minutes"
         + (" — **`--quick`: a check of the machinery, not results**" if res["quick"] else "")
         + ".", "", *machine(),
         f"- load average (1, 5, 15 min) at start {' '.join(res['load_start'])}, "
@@ -215,8 +221,9 @@ def render(res: dict[str, Any], argv: list[str]) -> str:
         "checks every 1 s unless stated.", ""]
     lines += _detection(res) + _restart(res) + _onoff(res) + _footprint(res)
     lines += _readyz(res) + _read_cost(res) + _bytes(res) + _edges(res)
-    lines += ["## Commands", "", "Run by `bench/run.py`, in this order (concurrently where "
-              "they overlap; `X.json` is a temporary file):", "", "```"]
+    lines += ["## Commands", "", "Run by `bench/run.py` as root, in this order (concurrently "
+              "where they overlap; each writes its figures to a temporary JSON file), with "
+              "how long each took:", "", "```"]
     lines += [f"{c}    # {res['took'].get(c.split('--out ')[1][:-5], 0):.0f} s"
               for c in res["commands"]]
     lines += ["```", "", "In-process: `bench/footprint.py:import_floor`, "
@@ -327,6 +334,14 @@ def _onoff(res: dict[str, Any]) -> list[str]:
         out.append(f"| {name} | {on['window']:.0f} s | {on['outage_seconds']:.1f} s | "
                    f"{off['outage_seconds']:.1f} s | {on['lost']} | {off['lost']} | "
                    f"{on['restarts']} |")
+    boot = res["onoff"].get("boot-with-offload", {})
+    on, off = boot.get("on", {}), boot.get("off", {})
+    if on.get("outage_after_agent_start") is not None and off.get("agent_started"):
+        out += ["", "boot-with-offload starts the agent only after it has shown the blocked "
+                f"tunnel ({on['agent_started']:.0f} s after boot in the run with the agent); "
+                "from that moment to the window's end the outage was "
+                f"{on['outage_after_agent_start']:.1f} s with the agent and "
+                f"{off['outage_after_agent_start']:.1f} s without."]
     return [*out, ""]
 
 
@@ -360,14 +375,14 @@ def _footprint(res: dict[str, Any]) -> list[str]:
 
 
 def _readyz(res: dict[str, Any]) -> list[str]:
-    fp = res["footprint"]
+    w = res["readyz"]
     out = ["## `/readyz` latency under load", ""]
-    w = fp.get("wrk")
-    if not w:
-        return out + _failed(fp)
+    if not w.get("ok"):
+        return out + _failed(w)
     out += [
         f"`wrk` (Debian 4.1: no fixed-rate mode, so {w['connections']} connections each "
-        "wait `delay()` between requests) against the lab agent while its checks run: "
+        "wait `delay()` between requests) against a lab edge's agent while its checks run "
+        "(every second), after every other benchmark here had finished: "
         f"{w['requests']} requests in {w['duration_us'] / 1e6:.0f} s = "
         f"**{w['rate']:.0f} requests/s**, {w['errors']} errors. Target p99 under 5 ms.", "",
         "| p50 | p90 | p99 | max | agent CPU meanwhile | load average |",
@@ -377,7 +392,8 @@ def _readyz(res: dict[str, Any]) -> list[str]:
         f"{w['max_us'] / 1000:.1f} ms | {w['agent_cpu_percent']:.1f} % of one core | "
         f"{' '.join(w['loadavg'])} |", "",
         f"`wireguard` at the end of the load: {w['wireguard_during'][0]} "
-        f"({w['wireguard_during'][1]}).", ""]
+        f"({w['wireguard_during'][1]}); checks that left ok during the load: "
+        f"{', '.join(w['checks_not_ok']) or 'none'}.", ""]
     return out
 
 
@@ -472,7 +488,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="edgeheal-bench-") as tmp:
         res = asyncio.run(run_all(args.quick, Path(tmp)))
         (Path(tmp) / "results.json").write_text(json.dumps(res, default=str, indent=2))
-        text = render(res, argv)
+        text = render(res)
     args.out.write_text(text, encoding="utf-8")
     print(text)
     return 0
