@@ -729,14 +729,20 @@ def present_interfaces() -> list[str]:
     return [name for _, name in socket.if_nameindex()]
 
 
-def route_interface(addresses: Iterable[str]) -> str | None:
-    """The interface of the route to the first of ``addresses`` that has one."""
-    from pyroute2 import IPRoute  # noqa: PLC0415 - heavy, lazy
+async def route_interface(addresses: Iterable[str]) -> str | None:
+    """The interface of the route to the first of ``addresses`` that has one (rtnetlink)."""
+    from edgeheal import _pyroute2  # noqa: PLC0415
 
-    with IPRoute() as ipr:
+    _pyroute2.light()
+    from pyroute2.iproute.linux import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
+
+    ipr = AsyncIPRoute()
+    try:
         for address in addresses:
             try:
-                msgs = ipr.route("get", dst=address)
+                msgs = await ipr.route("get", dst=address)
+                if hasattr(msgs, "__aiter__"):
+                    msgs = [m async for m in msgs]
             except Exception as err:  # netlink says "unreachable" in many ways
                 log.debug("no route to %s: %s", address, err)
                 continue
@@ -744,6 +750,8 @@ def route_interface(addresses: Iterable[str]) -> str | None:
                 oif = msg.get_attr("RTA_OIF")
                 if oif:
                     return socket.if_indextoname(int(oif))
+    finally:
+        ipr.close()
     return None
 
 
@@ -855,7 +863,7 @@ async def diagnose(config: Any, *, interface: str | None = None,
         uplink = interface
     else:
         hosts = [endpoint_host(e) for e in endpoints]
-        routed = await asyncio.to_thread(route_interface, hosts) if hosts else None
+        routed = await route_interface(hosts) if hosts else None
         chosen = choose_uplink(config.offload.interfaces, present_interfaces(), routed)
         if chosen is None:
             raise DiagnoseError("cannot tell which interface is the uplink (no [offload] "

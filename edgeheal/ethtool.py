@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from edgeheal import _pyroute2
+
 log = logging.getLogger(__name__)
 
 
@@ -87,6 +89,7 @@ class FeatureSource(Protocol):
 
 def _translate(err: BaseException, ifname: str, what: str) -> EthtoolError:
     """Map an ioctl failure (OSError or pyroute2's own types) to our exceptions."""
+    _pyroute2.light()
     from pyroute2.ethtool.ioctl import NoSuchDevice, NotSupportedError  # noqa: PLC0415
 
     if isinstance(err, NoSuchDevice):
@@ -118,6 +121,7 @@ class Ethtool:
 
     def _handle(self, ifname: str) -> Any:
         if self._ioctl is None:
+            _pyroute2.light()
             from pyroute2.ethtool.ioctl import IoctlEthtool  # noqa: PLC0415 - heavy, lazy
 
             self._ioctl = IoctlEthtool()

@@ -24,6 +24,8 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from edgeheal import _pyroute2
+
 log = logging.getLogger(__name__)
 
 NEWLINK: Literal["RTM_NEWLINK"] = "RTM_NEWLINK"
@@ -59,7 +61,8 @@ class LinkListener:
 
     async def __aenter__(self) -> LinkListener:
         try:
-            from pyroute2 import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
+            _pyroute2.light()
+            from pyroute2.iproute.linux import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
             from pyroute2.netlink.rtnl import RTMGRP_LINK  # noqa: PLC0415
 
             kwargs: dict[str, Any] = {"netns": self._netns, "flags": 0} if self._netns else {}

@@ -29,6 +29,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from edgeheal import _pyroute2
 from edgeheal.wg.model import (
     DeviceStats,
     NoSuchDevice,
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 async def read(ifname: str, *, answer_within: float = 2.0) -> DeviceStats:
     """Dump one device from the kernel."""
+    _pyroute2.light()
     from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415 - heavy, lazy
     from pyroute2.netlink.generic.wireguard import AsyncWireGuard  # noqa: PLC0415
 
@@ -81,6 +83,7 @@ def decode(data: bytes) -> list[Any]:
     """Split a raw netlink byte stream (as read from the socket) into decoded ``wgmsg``."""
     import struct  # noqa: PLC0415
 
+    _pyroute2.light()
     from pyroute2.netlink.generic.wireguard import wgmsg  # noqa: PLC0415
 
     out = []
