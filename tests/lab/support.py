@@ -8,8 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from edgeheal.lab.netns import PREFIX
 
@@ -77,3 +80,22 @@ def interrupt_after(marker: str, tmp_path: Path, scenario: str = "stuck-flannel"
             proc.kill()
             proc.wait()
     return proc.returncode, "".join(seen) + (rest or ""), proc.pid
+
+
+def scenario_test(scenario: str) -> Callable[[Path], None]:
+    """The end-to-end test of one scenario. Each scenario has a module of its own only so
+    that pytest-xdist (``--dist loadfile``) runs them concurrently: they mostly wait."""
+
+    @pytest.mark.slow
+    @pytest.mark.netns
+    def test(tmp_path: Path) -> None:
+        code, report, output, pid = run_lab(scenario, tmp_path)
+        assert report, output[-3000:]
+        failed = [e for e in report["expectations"] if not e["held"]]
+        assert report["passed"], f"{report.get('error')} {failed}\n{output[-3000:]}"
+        assert code == 0
+        assert (tmp_path / "report.svg").exists()
+        assert leftovers(pid) == []
+
+    test.__doc__ = f"`edgeheal lab --scenario {scenario} --quick` passes, leaving nothing."
+    return test

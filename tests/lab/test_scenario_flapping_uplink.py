@@ -1,21 +1,5 @@
-"""End to end: `edgeheal lab --scenario flapping-uplink --quick` passes, leaving nothing."""
+"""End to end: the lab's flapping-uplink scenario (see docs/lab.md)."""
 
-from __future__ import annotations
+from tests.lab.support import scenario_test
 
-from pathlib import Path
-
-import pytest
-
-from tests.lab.support import leftovers, run_lab
-
-pytestmark = [pytest.mark.slow, pytest.mark.netns]
-
-
-def test_flapping_uplink_meets_its_expectations_and_cleans_up(tmp_path: Path) -> None:
-    code, report, output, pid = run_lab("flapping-uplink", tmp_path)
-    assert report, output[-3000:]
-    failed = [e for e in report["expectations"] if not e["held"]]
-    assert report["passed"], f"{report.get('error')} {failed}\n{output[-3000:]}"
-    assert code == 0
-    assert (tmp_path / "report.svg").exists()
-    assert leftovers(pid) == []
+test_flapping_uplink_passes = scenario_test("flapping-uplink")

@@ -1,21 +1,5 @@
-"""End to end: `edgeheal lab --scenario modem-reconnect --quick` passes, leaving nothing."""
+"""End to end: the lab's modem-reconnect scenario (see docs/lab.md)."""
 
-from __future__ import annotations
+from tests.lab.support import scenario_test
 
-from pathlib import Path
-
-import pytest
-
-from tests.lab.support import leftovers, run_lab
-
-pytestmark = [pytest.mark.slow, pytest.mark.netns]
-
-
-def test_modem_reconnect_meets_its_expectations_and_cleans_up(tmp_path: Path) -> None:
-    code, report, output, pid = run_lab("modem-reconnect", tmp_path)
-    assert report, output[-3000:]
-    failed = [e for e in report["expectations"] if not e["held"]]
-    assert report["passed"], f"{report.get('error')} {failed}\n{output[-3000:]}"
-    assert code == 0
-    assert (tmp_path / "report.svg").exists()
-    assert leftovers(pid) == []
+test_modem_reconnect_passes = scenario_test("modem-reconnect")
