@@ -49,9 +49,10 @@ class Running:
                 return resp.status, await resp.json()
             return resp.status, await resp.text()
 
-    async def until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate():
+    async def until(self, predicate: Callable[[], bool], within: float = 10.0) -> None:
+        """Poll a condition on the agent's state (bounded); the agent has no event for it."""
+        async with asyncio.timeout(within):
+            while not predicate():  # noqa: ASYNC110 - polling another component's state
                 await asyncio.sleep(0.02)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -108,8 +109,6 @@ def test_check_config_prints_the_effective_config_without_secrets(tmp_path: Path
 
 
 def test_fields_marked_secret_are_redacted() -> None:
-    from dataclasses import dataclass
-
     @dataclass(frozen=True)
     class WithSecret:
         token: str = config.setting("", "a token", secret=True)

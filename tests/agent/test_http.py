@@ -14,8 +14,8 @@ import pytest
 
 from edgeheal.config import CheckSettings
 from edgeheal.model import State
-from tests.agent.support import running_agent
 from tests.agent.fakes import ScriptedCheck, degraded, failed, ok
+from tests.agent.support import running_agent
 
 FAST = CheckSettings(interval=0.2, fail_after=1, recover_after=1, required=True)
 SOFT = CheckSettings(interval=0.2, fail_after=1, recover_after=1, required=False)
@@ -61,7 +61,8 @@ async def test_every_endpoint_answers_with_the_documented_shape(
         assert body["known_checks"] == ["bad", "good", "meh"]
 
         status, body = await agent.get("/livez")
-        assert status == 200 and body["live"] is True
+        assert status == 200
+        assert body["live"] is True
         status, text = await agent.get("/metrics")
         assert status == 200
         assert 'edgeheal_check_state{check="bad",state="failed"} 1.0' in text
@@ -108,7 +109,7 @@ async def test_a_check_that_raises_or_hangs_becomes_unknown_and_the_agent_lives_
         assert "RuntimeError: kaput" in checks["boom"].message
         assert (checks["hang"].state, checks["hang"].reason) == (
             State.UNKNOWN, "check_timeout")
-        status, text = await agent.get("/metrics")
+        _, text = await agent.get("/metrics")
         assert 'edgeheal_check_runs_total{check="boom",result="error"}' in text
         assert 'edgeheal_check_runs_total{check="hang",result="timeout"}' in text
         await agent.until(lambda: boom.runs >= 3)  # it keeps being retried

@@ -75,7 +75,7 @@ async def test_ready_watchdog_and_stopping_reach_the_notify_socket(
         # Wedge the event loop (a blocking call in the supervisor's loop): pings must stop.
         pings_before = len(listener.seen("WATCHDOG=1"))
         wedge_start = time.monotonic()
-        time.sleep(2.0)  # deliberately blocks the loop the agent runs on
+        time.sleep(2.0)  # noqa: ASYNC251 - deliberately wedges the loop the agent runs on
         wedge_end = time.monotonic()
         during = [t for t in listener.seen("WATCHDOG=1") if wedge_start + 0.1 < t < wedge_end]
         assert during == [], "the watchdog was pinged while the loop was wedged"

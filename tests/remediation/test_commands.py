@@ -121,7 +121,7 @@ async def test_kubeconfig_from_the_token_secret_reaches_the_api(
     (lambda s: s.update(kind="ConfigMap"), "expected a Secret"),
     (lambda s: s.update(type="Opaque"), "service-account-token"),
     (lambda s: s["data"].pop("token"), "no token yet"),
-    (lambda s: s["data"].update(token="%%%"), "not valid base64"),  # noqa: S106
+    (lambda s: s["data"].update(token="%%%"), "not valid base64"),
 ])
 async def test_an_unusable_secret_is_a_usage_error_naming_why(
         api: FakeKube, tmp_path: Path, capsys: pytest.CaptureFixture[str],

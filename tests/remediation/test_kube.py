@@ -50,7 +50,7 @@ async def test_a_client_certificate_kubeconfig_works_like_k3s_ones(
 async def test_rejected_credentials_are_a_401_config_problem_without_the_token(
         api: FakeKube, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    stale = Credentials("nobody", token="s3cr3t-token-value")  # noqa: S106
+    stale = Credentials("nobody", token="s3cr3t-token-value")
     kube = KubeClient(settings_for(api.write_kubeconfig(tmp_path / "kc", stale)))
     try:
         with pytest.raises(KubePermissionError, match="unauthorized") as err:
