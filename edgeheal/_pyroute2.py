@@ -12,6 +12,7 @@ imported the real package, that one is used. ``bench/footprint.py`` measures the
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 import types
@@ -29,4 +30,21 @@ def light() -> None:
     package.__spec__ = spec
     package.__file__ = spec.origin
     package.__package__ = "pyroute2"
+    loader = spec.loader
+
+    def full(name: str) -> object:
+        """``from pyroute2 import X`` still works: a submodule is imported as such; any
+        other package-level name runs the real ``__init__`` into this module (paying its
+        cost only then)."""
+        if importlib.util.find_spec(f"pyroute2.{name}") is not None:
+            return importlib.import_module(f"pyroute2.{name}")
+        del package.__dict__["__getattr__"]
+        if loader is not None:
+            loader.exec_module(package)
+        try:
+            return package.__dict__[name]
+        except KeyError:
+            raise AttributeError(f"module 'pyroute2' has no attribute {name!r}") from None
+
+    package.__dict__["__getattr__"] = full
     sys.modules["pyroute2"] = package
