@@ -131,7 +131,7 @@ async def bench_blackhole(k: int) -> dict[str, Any]:
         t0 = time.monotonic()
         raw, eff = await watch.until({"stalled"}, 10 * k + 30)
         return {"fault": "blackhole", "floor": float(k), "raw": raw - t0, "effective": eff - t0,
-                "design": f"rx_stall_after {2.5 * k:g}s + debounce"}
+                "design": f"rx_stall_after {2.5 * k + 5:g}s + debounce"}
     finally:
         mesh.close()
 

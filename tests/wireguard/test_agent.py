@@ -74,7 +74,7 @@ enabled = false
     assert (row["peer"], row["watched"], row["reason"]) == (cloud.public_key[:8], True, "ok")
 
     mesh.blackhole(edge, cloud)
-    failed = await until(check("failed", "stalled"), 12.5 + 3 + 10, "stalled in /status")
+    failed = await until(check("failed", "stalled"), 17.5 + 3 + 10, "stalled in /status")
     assert "nothing received" in failed["message"]
     code, metrics = nsutil.http_get(edge.ns, "127.0.0.1", port, "/metrics", 2.0)
     text = metrics.decode()

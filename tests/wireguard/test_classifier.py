@@ -29,9 +29,9 @@ AUTO = WireguardSettings()
 def test_auto_thresholds_come_from_the_protocol_and_the_keepalive() -> None:
     t25 = thresholds(AUTO, 25)
     assert t25 == Thresholds(rekey_failing_after=160.0, dead_after=205.0,
-                             rx_stall_after=62.5, connect_grace=30.0)
+                             rx_stall_after=67.5, connect_grace=30.0)
     t20 = thresholds(AUTO, 20)  # the incident's fix
-    assert (t20.rekey_failing_after, t20.dead_after, t20.rx_stall_after) == (155, 200, 50)
+    assert (t20.rekey_failing_after, t20.dead_after, t20.rx_stall_after) == (155, 200, 55)
     # a healthy keepalive-only tunnel peaks near 120 s + K: never flagged
     assert t25.rekey_failing_after > 120 + 25
     # rekey failures are flagged before the session dies at 180 s
@@ -120,7 +120,7 @@ SCENARIOS: dict[str, tuple[list[Step], dict[str, object]]] = {
         [Step(120, "ok", rx=32 * 4, tx=32 * 4), Step(3, "ok", rx=32, tx=32),
          Step(36, "ok", tx=32), Step(2, "rekey_failing", tx=32),
          Step(18, "rekey_failing", tx=32),                # age 179, silent 56 s
-         Step(7, "stalled", tx=32)], {}),                 # age 186, silent 63 s > 62.5
+         Step(12, "stalled", tx=32)], {}),                # age 191, silent 68 s > 67.5
     # 2c. the same with a short keepalive: silent far longer than 2.5 x K before 180 s
     "incident from the responder's side, K = 5": (
         [Step(120, "ok", rx=32, tx=32), Step(3, "ok", rx=32, tx=32),
@@ -130,7 +130,7 @@ SCENARIOS: dict[str, tuple[list[Step], dict[str, object]]] = {
     # 3. a blackhole: tx keeps growing (keepalives), nothing comes back
     "blackhole: rx flat while tx grows": (
         [Step(5, "ok", rx=32, tx=32), Step(25, "ok", tx=32), Step(25, "ok", tx=32),
-         Step(15, "stalled", tx=32)], {}),                # 65 s silent > 62.5 s
+         Step(20, "stalled", tx=32)], {}),                # 70 s silent > 67.5 s
     # 4. rx flat and tx flat too (our own sends fail): no stall evidence, the age decides
     "rx and tx both flat is not a stall": (
         [Step(5, "ok", rx=32, tx=32), Step(100, "ok"), Step(60, "rekey_failing"),

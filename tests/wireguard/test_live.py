@@ -25,7 +25,7 @@ pytestmark = pytest.mark.netns
 log = logging.getLogger(__name__)
 
 KEEPALIVE = 5
-RX_STALL = 2.5 * KEEPALIVE
+RX_STALL = 2.5 * KEEPALIVE + 5
 DEAD_AFTER = 180 + KEEPALIVE
 SLACK = 5.0
 DEBOUNCE = (FAIL_AFTER + 1) * INTERVAL
