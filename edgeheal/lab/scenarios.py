@@ -212,7 +212,7 @@ async def dead_neighbour(lab: Lab) -> list[Expectation]:
     def neighbour_shown() -> bool:
         samples = lab.views[edge.name].samples
         return bool(samples) and any(
-            not p.get("watched") and p.get("reason") in ("stalled", "dead")
+            not p.get("watched") and p.get("reason") in ("stalled", "dead", "never_connected")
             for p in samples[-1]["peers"])
 
     shown = await lab.until(neighbour_shown, 60, "the dead neighbour in detail")
