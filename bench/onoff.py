@@ -114,6 +114,7 @@ def main(argv: list[str]) -> int:
                                              live=False, quick=True))
     doc = {"scenario": args.scenario, "agent": not args.no_agent, **RESULT,
            "passed": report["passed"], "error": report["error"],
+           "expectations": report["expectations"], "marks": report["marks"],
            "duration": report["duration_seconds"]}
     labkit.dump(args.out, doc)
     ok = bool(RESULT) and not report["error"]

@@ -169,8 +169,9 @@ async def uplink_outage(lab: Lab) -> list[Expectation]:
     lab.note("lab", "uplink restored", edge.name)
     ready = await lab.until(lambda: lab.views[edge.name].states.get("_ready") == "ready", 90,
                             "readiness after the outage")
+    # the alert connection reconnects with capped backoff (10 s in the lab), then drains
     await lab.until(lambda: any(a.get("kind") in ("mqtt.recovered", "wireguard.recovered")
-                                for a in lab.world.alerts()[seen:]), 30, "recovery alerts")
+                                for a in lab.world.alerts()[seen:]), 60, "recovery alerts")
     during = [a for a in lab.world.alerts()[seen:] if a.get("kind") in (
         "mqtt.unreachable", "wireguard.stalled", "wireguard.dead")]
     return [*out,

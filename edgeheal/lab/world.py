@@ -350,6 +350,7 @@ keepalive = "4s"                 # the alert connection's keepalive is the direc
 [alerts]
 target = "broker-direct"
 reminder_interval = "60s"
+reconnect_max = "10s"
 
 [kubernetes]
 kubeconfig = "{edge.workdir / 'kubeconfig'}"
