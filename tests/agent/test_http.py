@@ -124,3 +124,22 @@ async def test_metrics_pass_promtool(tmp_path: Path) -> None:
         subprocess.run, ["promtool", "check", "metrics"], input=text, capture_output=True,
         text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+async def test_edgeheal_status_prints_the_table_and_exits_by_readiness(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from edgeheal import cli
+
+    checks = [ScriptedCheck("tunnel", FAST, [failed("stalled")]),
+              ScriptedCheck("offload", SOFT, [ok()])]
+    async with running_agent(tmp_path, checks) as agent:
+        await agent.until(lambda: agent.agent.snapshot.round_complete)
+        code = await asyncio.to_thread(cli.main, ["status", "--url", agent.base])
+    out = capsys.readouterr().out
+    assert code == 1  # a required check failed: not ready
+    assert "node edge-test" in out
+    assert "NOT READY" in out
+    assert "tunnel *" in out
+    assert "stalled" in out
+    unreachable = await asyncio.to_thread(cli.main, ["status", "--url", agent.base])
+    assert unreachable == 3
