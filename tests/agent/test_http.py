@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from edgeheal import cli
 from edgeheal.config import CheckSettings
 from edgeheal.model import State
 from tests.agent.fakes import ScriptedCheck, degraded, failed, ok
@@ -128,8 +129,6 @@ async def test_metrics_pass_promtool(tmp_path: Path) -> None:
 
 async def test_edgeheal_status_prints_the_table_and_exits_by_readiness(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from edgeheal import cli
-
     checks = [ScriptedCheck("tunnel", FAST, [failed("stalled")]),
               ScriptedCheck("offload", SOFT, [ok()])]
     async with running_agent(tmp_path, checks) as agent:
