@@ -49,6 +49,8 @@ import footprint
 import labkit
 import wireguard as wgbench
 
+from edgeheal import config
+from edgeheal.checks.wireguard import thresholds
 from edgeheal.lab.world import KEEPALIVE
 
 HERE = Path(__file__).resolve().parent
@@ -263,9 +265,11 @@ def _detection(res: dict[str, Any]) -> list[str]:
             f"{s(inc['age_alert_180'])} |",
             f"| incident: tunnel dead | 1 | {s(inc['floor_dead'])} | {s(inc['detect'])} "
             f"(`{inc['reason']}`) | | |"]
+    stall = thresholds(config.loads("").wireguard, k).rx_stall_after or 0.0
     out += ["", f"Blackhole: edgeheal is {med(bh, 'detect') or 0:.1f} s after the fault, "
-            f"{(med(bh, 'detect') or 0) / k:.1f}x the floor (it waits rx_stall_after = "
-            f"2.5 x K so one lost keepalive is not an outage, then the debounce); the age "
+            f"{(med(bh, 'detect') or 0) / k:.1f}x the floor (it waits rx_stall_after, "
+            f"{stall:g} s at K = {k} s, so a lost keepalive or a late timer is not an outage, "
+            "then the debounce); the age "
             f"rules fire {(med(bh, 'age_alert_135') or 0) - (med(bh, 'detect') or 0):.0f} s "
             f"and {(med(bh, 'age_alert_180') or 0) - (med(bh, 'detect') or 0):.0f} s later "
             "(medians; they depend on where in the 120 s rekey cycle the fault lands: the "
@@ -278,8 +282,8 @@ def _detection(res: dict[str, Any]) -> list[str]:
                 f"{s(inc['traffic_stopped'])}. edgeheal warned {s(inc['warn'])} in — "
                 f"{180 - inc['warn']:.0f} s before the session expired — and declared the "
                 f"tunnel dead {inc['detect'] - 180:.1f} s after it expired. The 180 s age rule "
-                f"fires at the expiry itself ({inc['age_alert_180'] - inc['detect']:+.1f} s vs "
-                f"edgeheal's `failed`), the 135 s rule {180 - inc['age_alert_135']:.0f} s "
+                f"fires at the expiry itself ({inc['detect'] - inc['age_alert_180']:.1f} s "
+                f"before edgeheal's `failed`), the 135 s rule {180 - inc['age_alert_135']:.0f} s "
                 "before it — but see the footprint section for what the 135 s rule does on a "
                 "healthy tunnel at the field's keepalive."]
     else:

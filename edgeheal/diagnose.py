@@ -368,6 +368,13 @@ def judge_peer(peer: PeerEvidence, *, offload_on: bool | None) -> Finding:
     data_in = _total(received, MessageType.TRANSPORT, MessageType.KEEPALIVE)
     if not sent and not received:
         return Finding(peer, Code.QUIET, "nothing sent or received")
+    if not _total(received) and init_out and offload_on:
+        # Behind a carrier NAT the cloud often cannot reach us first, so the incident can
+        # look like this too; TX offload on is a known cause and cheap to rule out.
+        return Finding(peer, Code.CHECKSUM_OFFLOAD,
+                       f"{init_out} initiation(s) sent, nothing received at all, while TX "
+                       "checksum offload is on (if the fix does not help, the uplink or the "
+                       "cloud path is down)")
     if not _total(received):
         return Finding(peer, Code.PATH_DOWN,
                        f"sent {_total(sent)} packet(s) ({_list(sent)}), received none")

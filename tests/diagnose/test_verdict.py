@@ -61,8 +61,11 @@ CASES = [
      Code.UNANSWERED),
     ("blackhole: data out, nothing back", peer({"transport": 1, "keepalive": 1}, {}), False,
      Code.PATH_DOWN),
-    ("blackhole while offload is on: nothing back is the stronger evidence",
-     peer({"initiation": 3}, {}), True, Code.PATH_DOWN),
+    ("initiations unanswered, nothing back, offload on: the incident behind a NAT (the "
+     "cloud cannot initiate towards us), and offload is the cheap thing to rule out first",
+     peer({"initiation": 3}, {}), True, Code.CHECKSUM_OFFLOAD),
+    ("data out, nothing back, offload on: no handshake evidence, the path is down",
+     peer({"transport": 2, "keepalive": 1}, {}), True, Code.PATH_DOWN),
     ("responses arrive, the handshake never completes",
      peer({"initiation": 2}, {"response": 2}, before=None, after=None), False,
      Code.HANDSHAKE_REJECTED),
