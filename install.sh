@@ -68,7 +68,7 @@ if [ "$lab" -eq 1 ]; then
              iputils-ping)
 fi
 if [ "$dev" -eq 1 ]; then
-  packages+=(prometheus dbus shellcheck debootstrap systemd-container util-linux)
+  packages+=(prometheus dbus shellcheck debootstrap systemd-container util-linux wrk)
   # the polkit rule's test evaluates it with Node.js; keep a Node.js that is already there
   command -v node >/dev/null || packages+=(nodejs)
 fi

@@ -226,8 +226,11 @@ class TunnelView:
 
 
 def view_of(snapshot: Snapshot, config: Config, *, mode: str,
-            booted_mono: float = -math.inf) -> TunnelView:
-    """Project a snapshot onto what the policy reads (pure)."""
+            booted_mono: float = -math.inf, direct_was_down: bool = True) -> TunnelView:
+    """Project a snapshot onto what the policy reads (pure). ``direct_was_down``: the
+    direct path has failed at some point since the agent started; until then its first
+    ``ok`` is the agent starting, not the uplink coming back, and ``uplink_settle`` does not
+    apply (startup is ``startup_grace``'s business)."""
     def state(name: str) -> CheckStatus | None:
         status = snapshot.checks.get(name)
         return status if status is not None and status.completed else None
@@ -241,8 +244,8 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
             (tunnel if target.path == "tunnel" else direct)[target.name] = status.state
     direct_since = [snapshot.checks[n].since_mono for n in direct if direct[n] is State.OK]
     return TunnelView(
-        direct_ok_since=max(direct_since) if direct_since and len(direct_since) == len(
-            direct) else -math.inf,
+        direct_ok_since=max(direct_since) if direct_was_down and direct_since and len(
+            direct_since) == len(direct) else -math.inf,
         mode=mode,
         wireguard=wg.state if wg else None, wireguard_reason=wg.reason if wg else "",
         tunnel_mqtt=tunnel, direct_mqtt=direct,

@@ -105,6 +105,7 @@ class Remediator:
         self.last: Action | None = None
         self.busy: str | None = None
         self._announced: set[tuple[str, str]] = set()
+        self._direct_was_down = False
         self._condition: bool | None = None
         self._kube_side = self.config.kubernetes is not None
         self._background: set[asyncio.Task[None]] = set()
@@ -240,8 +241,12 @@ class Remediator:
 
     def tunnel_view(self, snap: Snapshot) -> policy.TunnelView:
         now = self.clock()
-        return policy.view_of(snap, self.config, mode=self.mode,
-                              booted_mono=now - self.boot_clock())
+        view = policy.view_of(snap, self.config, mode=self.mode,
+                              booted_mono=now - self.boot_clock(),
+                              direct_was_down=self._direct_was_down)
+        if any(s is State.FAILED for s in view.direct_mqtt.values()):
+            self._direct_was_down = True  # an outage, not the first connection's "unknown"
+        return view
 
     async def evaluate(self, snap: Snapshot) -> list[Action]:
         """One decision round (public for tests): decide, then carry it out."""

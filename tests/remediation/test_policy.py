@@ -10,15 +10,16 @@ import itertools
 import json
 import math
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from edgeheal import policy
-from edgeheal.config import RemediationSettings
-from edgeheal.model import State
-from edgeheal.policy import History, Record, Timeline, TunnelView, decide
+from edgeheal.config import RemediationSettings, loads
+from edgeheal.model import CheckStatus, Snapshot, State
+from edgeheal.policy import History, Record, Timeline, TunnelView, decide, view_of
 
 OK, DEG, UNK, FAIL = State.OK, State.DEGRADED, State.UNKNOWN, State.FAILED
 SETTINGS = RemediationSettings(cooldown=120.0, max_per_hour=3, startup_grace=60.0,
@@ -359,3 +360,26 @@ def test_an_attempt_in_flight_when_the_agent_died_reads_back_as_interrupted(
     assert loaded.failures_in_row == 1
     (action,) = decide(view("pod"), loaded, 1000.0, SETTINGS)
     assert action.reason == "cooldown"
+
+
+def _snap(direct: State, direct_since: float) -> Snapshot:
+    def status(name: str, state: State, since: float) -> CheckStatus:
+        return CheckStatus(name=name, state=state, reason="x", message="",
+                           since=datetime.now(UTC), since_mono=since, detail={},
+                           required=False, runs=3)
+
+    return Snapshot(node="n", checks={"wireguard": status("wireguard", FAIL, 5.0),
+                                      "broker-direct": status("broker-direct", direct,
+                                                              direct_since)},
+                    started_mono=0.0, taken_mono=100.0, round_complete=True)
+
+
+def test_the_direct_path_coming_up_at_start_is_not_an_uplink_recovery() -> None:
+    cfg = loads('[[mqtt.targets]]\nname = "broker-direct"\nhost = "h"\npath = "direct"\n')
+    snap = _snap(OK, 2.0)
+    # no outage seen yet: its first ok is the agent starting, startup_grace covers that
+    assert view_of(snap, cfg, mode="pod", direct_was_down=False).direct_ok_since == -math.inf
+    # after an outage, the same ok marks the uplink's return: uplink_settle applies
+    assert view_of(snap, cfg, mode="pod", direct_was_down=True).direct_ok_since == 2.0
+    # a failing direct target has no "ok since"
+    assert view_of(_snap(FAIL, 2.0), cfg, mode="pod").direct_ok_since == -math.inf
