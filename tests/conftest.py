@@ -6,11 +6,12 @@ import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from edgeheal.lab import netns
+from edgeheal.lab.netns import Sandbox
 
 
 def _own_namespaces() -> set[str]:
@@ -20,6 +21,16 @@ def _own_namespaces() -> set[str]:
                          check=False).stdout
     mine = f"{netns.PREFIX}{os.getpid() % 10000:04d}"
     return {line.split()[0] for line in out.splitlines() if line.startswith(mine)}
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    """Namespaces, processes and files a test makes; removed even when the test fails."""
+    box = Sandbox()
+    try:
+        yield box
+    finally:
+        box.close()
 
 
 @pytest.fixture(autouse=True)

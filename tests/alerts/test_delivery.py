@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,6 @@ from tests.alerts.support import Harness, harness, snapshot, status, validate
 pytestmark = pytest.mark.netns
 
 USER, PASSWORD = "edge", "pw-delivery-Kx9"
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    sb = Sandbox()
-    try:
-        yield sb
-    finally:
-        sb.close()
 
 
 @pytest.fixture

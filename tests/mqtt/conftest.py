@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -12,15 +12,6 @@ from edgeheal.lab.mosquitto import Mosquitto
 from edgeheal.lab.netns import Sandbox
 
 USER, PASSWORD = "edge", "pw-Zq81-never-logged"
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    sb = Sandbox()
-    try:
-        yield sb
-    finally:
-        sb.close()
 
 
 @pytest.fixture

@@ -3,21 +3,10 @@ absence is an error, not a skip: CI must run these against a real bus)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import SystemBus, start_system_bus
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    box = Sandbox()
-    try:
-        yield box
-    finally:
-        box.close()
 
 
 @pytest.fixture

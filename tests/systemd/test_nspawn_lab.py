@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,13 +64,6 @@ def test_the_cache_key_changes_with_every_input() -> None:
     assert nspawn.cache_key("bookworm", ("dbus", "systemd")) == base  # order is no input
     assert nspawn.cache_key("bookworm", ("systemd",)) != base
     assert nspawn.cache_key("trixie", ("systemd", "dbus")) != base
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    box = Sandbox()
-    yield box
-    box.close()
 
 
 def leftovers(workdir: Path, machine: str) -> list[str]:
