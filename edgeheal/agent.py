@@ -107,14 +107,12 @@ class Agent:
         extras: dict[str, Any] = {"path": path_verdict(snap, self.config)}
         if self.remediator is not None:
             extras["remediation"] = self.remediator.view()
-        if self.alerts is not None:
-            extras["alerts"] = self.alerts.view()
+        extras["alerts"] = self.alerts.view()
         snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
                         taken_mono=snap.taken_mono, round_complete=round_complete,
                         extras=extras)
         self._snapshot = snap
-        if self.alerts is not None:
-            self.alerts.observe(snap)
+        self.alerts.observe(snap)
 
     def _record(self, check: Check, result: CheckResult, duration: float, outcome: str) -> None:
         old = self._statuses[check.name]
@@ -134,8 +132,7 @@ class Agent:
 
     def _emit(self, event: Event) -> None:
         log.info("event %s: %s", event.kind, event.message, extra={"kind": event.kind})
-        if self.alerts is not None:
-            self.alerts.event(event)
+        self.alerts.event(event)
 
     # --- the tasks ------------------------------------------------------------------------
 
@@ -244,10 +241,8 @@ class Agent:
             task.cancel()
         await asyncio.wait(tasks, timeout=max(0.1, deadline - self.clock() - 2.5)) if tasks \
             else None
-        if self.alerts is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.alerts.close(),
-                                       max(0.1, deadline - self.clock() - 1.0))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.alerts.close(), max(0.1, deadline - self.clock() - 1.0))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(http.stop(web), max(0.1, deadline - self.clock() - 0.3))
         await self.control.close()

@@ -194,11 +194,12 @@ async def lossy_link(lab: Lab) -> list[Expectation]:
     lab.world.loss(edge, None)
     lab.mark("loss_end")
     warnings = _count(lab, edge, "wireguard", "rekey_failing", start)
+    # a count to show, not a verdict: at 10 % loss a rare warning is honest
+    lab.note("lab", f"{warnings} rekey_failing episode(s) in {lab.loss_seconds:g} s of loss",
+             edge.name)
     return [*out,
             Expectation("never failed", not _failed_ever(lab, edge, "wireguard", start)),
-            Expectation("zero remediation", not lab.world.kube.deletions),
-            Expectation("rekey_failing warnings counted", True,
-                        f"{warnings} rekey_failing episode(s) in {lab.loss_seconds:g} s")]
+            Expectation("zero remediation", not lab.world.kube.deletions)]
 
 
 async def dead_neighbour(lab: Lab) -> list[Expectation]:
