@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from edgeheal.checks import Event
 from edgeheal.enforce import Enforcer
 from edgeheal.lab import netns
+from edgeheal.model import Event
 
 FEATURE = "tx-checksum-ip-generic"
 CSUM = ("tx-checksum-ipv4", FEATURE, "tx-checksum-ipv6")

@@ -38,10 +38,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from edgeheal import checks, config, debounce
+from edgeheal import config, debounce
 from edgeheal.checks.wireguard import WireguardCheck, thresholds
 from edgeheal.lab.wireguard import WgMesh
-from edgeheal.model import CheckResult, CheckStatus, State
+from edgeheal.model import CheckResult, CheckStatus, Context, State
 from edgeheal.wg import read_device
 
 INTERVAL = 1.0
@@ -67,7 +67,7 @@ path = "tunnel"
 
         cfg = config.loads(toml)
         self.settings = cfg.wireguard
-        self.check = WireguardCheck(checks.Context(
+        self.check = WireguardCheck(Context(
             config=cfg, registry=CollectorRegistry(), clock=time.monotonic,
             snapshot=lambda: None,  # type: ignore[arg-type,return-value]
             emit=lambda e: None))

@@ -31,10 +31,10 @@ from typing import Any
 
 from edgeheal import __version__, debounce
 from edgeheal import checks as registry
-from edgeheal.checks import Check, Context, Event, Serving
+from edgeheal.checks import Check, Serving
 from edgeheal.config import Config
 from edgeheal.control import ControlServer
-from edgeheal.model import CheckResult, CheckStatus, Snapshot, State
+from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from edgeheal.notify import Notifier
 from edgeheal.paths import path_verdict
 
@@ -72,7 +72,7 @@ class Agent:
                                   taken_mono=self.started_mono)
         self._ready_sent = False
         self._summary = ""
-        self.ctx = Context(config=config, registry=self.registry, clock=clock,
+        self.ctx = Context(config=config, registry=self.registry, clock=clock, wall=wall,
                            snapshot=lambda: self._snapshot, emit=self._emit,
                            control=self.control.register)
         self.checks: list[Check] = (

@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from edgeheal.checks import Event
 from edgeheal.ethtool import (
     EthtoolError,
     Feature,
@@ -55,6 +54,7 @@ from edgeheal.ethtool import (
     PermissionDenied,
     Unsupported,
 )
+from edgeheal.model import Event
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

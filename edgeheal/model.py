@@ -10,11 +10,16 @@ that snapshot and nothing else.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from edgeheal.config import Config
 
 
 class State(enum.Enum):
@@ -174,3 +179,35 @@ class Snapshot:
 
 def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something a check or actor did or saw that is not a state change (e.g. a drift
+    correction). The alert subsystem turns events into alerts; the log records them."""
+
+    kind: str
+    """Dotted, ``<check or subsystem>.<event>``; from the closed table in ``alerts``."""
+    message: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    correlation: str = ""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a check factory gets: settings, metrics, the clock, and the ways out."""
+
+    config: Config
+    registry: CollectorRegistry
+    clock: Callable[[], float]
+    """Monotonic seconds. All ages and windows use it; never the wall clock."""
+    snapshot: Callable[[], Snapshot]
+    """The latest published snapshot (read-only view of the other checks)."""
+    emit: Callable[[Event], None]
+    """Hand an event to the alert pipeline (non-blocking)."""
+    control: Callable[[str, Callable[[Mapping[str, Any]], Awaitable[Any]]], None] = (
+        lambda name, handler: None)
+    """Register a handler on the root-only control socket (``edgeheal <cmd>``)."""
+    wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    """The one wall clock (UTC), for what people read: timestamps in alerts, /status and
+    persisted records. Never used for a decision."""

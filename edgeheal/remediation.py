@@ -41,13 +41,12 @@ import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import policy
-from edgeheal.checks import Context, Event
-from edgeheal.model import Snapshot, State, rfc3339
+from edgeheal.model import Context, Event, Snapshot, State, rfc3339
 from edgeheal.policy import Action, History, Record, Timeline
 from edgeheal.remedies import Remedy, RemedyError
 
@@ -86,14 +85,13 @@ class Remediator:
     def __init__(self, ctx: Context, *, remedy_factory: RemedyFactory | None = None,
                  kube: KubeClient | None = None,
                  boot_clock: Callable[[], float] = boottime, boot: str | None = None,
-                 wall: Callable[[], datetime] = lambda: datetime.now(UTC),
                  tick: float = TICK) -> None:
         from prometheus_client import Counter, Histogram  # noqa: PLC0415
 
         self.ctx = ctx
         self.config = ctx.config
         self.settings = ctx.config.remediation
-        self.clock, self.wall, self.boot_clock, self.tick = ctx.clock, wall, boot_clock, tick
+        self.clock, self.wall, self.boot_clock, self.tick = ctx.clock, ctx.wall, boot_clock, tick
         self._kube = kube
         self._remedy_factory = remedy_factory or self._default_factory
         self.timeline = Timeline(boot_id=boot or boot_id(), offset=boot_clock() - self.clock())

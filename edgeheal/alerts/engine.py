@@ -35,9 +35,8 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +48,7 @@ from edgeheal.model import CheckStatus, Snapshot, State, rfc3339
 from edgeheal.mqtt import MqttError
 
 if TYPE_CHECKING:
-    from edgeheal.checks import Context, Event
+    from edgeheal.model import Context, Event
     from edgeheal.mqtt.link import Link
 
 log = logging.getLogger(__name__)
@@ -84,13 +83,13 @@ class _Problem:
 
 
 class AlertEngine:
-    def __init__(self, ctx: Context, *, wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    def __init__(self, ctx: Context, *,
                  link: Link | None = None) -> None:
         from prometheus_client import Counter, Gauge  # noqa: PLC0415
 
         cfg = ctx.config
         self.ctx, self.settings, self.node = ctx, cfg.alerts, cfg.node
-        self.wall = wall
+        self.wall = ctx.wall
         self.ids = UlidFactory()
         prefix = self.settings.topic_prefix.strip("/")
         self.alerts_topic = f"{prefix}/{self.node}/alerts"

@@ -15,15 +15,15 @@ factory, so a disabled check costs no memory.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from edgeheal.model import Context
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
-
-    from edgeheal.config import CheckSettings, Config
-    from edgeheal.model import CheckResult, Snapshot
+    from edgeheal.config import CheckSettings
+    from edgeheal.model import CheckResult
 
 BUILTIN = ("offload", "wireguard", "mqtt")
 """Check modules loaded by the agent, in display order."""
@@ -44,35 +44,6 @@ class Serving(Protocol):
     """A check that also owns a long-running task (run as ``edgeheal.serve.<name>``)."""
 
     async def serve(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Something a check or actor did or saw that is not a state change (e.g. a drift
-    correction). The alert subsystem turns events into alerts; the log records them."""
-
-    kind: str
-    """Dotted, ``<check or subsystem>.<event>``; from the closed table in ``alerts``."""
-    message: str
-    detail: Mapping[str, Any] = field(default_factory=dict)
-    correlation: str = ""
-
-
-@dataclass(frozen=True)
-class Context:
-    """What a check factory gets: settings, metrics, the clock, and the ways out."""
-
-    config: Config
-    registry: CollectorRegistry
-    clock: Callable[[], float]
-    """Monotonic seconds. All ages and windows use it; never the wall clock."""
-    snapshot: Callable[[], Snapshot]
-    """The latest published snapshot (read-only view of the other checks)."""
-    emit: Callable[[Event], None]
-    """Hand an event to the alert pipeline (non-blocking)."""
-    control: Callable[[str, Callable[[Mapping[str, Any]], Awaitable[Any]]], None] = (
-        lambda name, handler: None)
-    """Register a handler on the root-only control socket (``edgeheal <cmd>``)."""
 
 
 Factory = Callable[[Context], list[Check]]

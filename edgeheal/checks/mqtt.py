@@ -42,8 +42,8 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from edgeheal.checks import Check, Context, register
-from edgeheal.model import CheckResult, State
+from edgeheal.checks import Check, register
+from edgeheal.model import CheckResult, Context, State
 
 if TYPE_CHECKING:
     from edgeheal.config import CheckSettings, MqttTarget

@@ -35,9 +35,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from edgeheal.checks import Check, Context, register
+from edgeheal.checks import Check, register
 from edgeheal.enforce import Correction, Enforcer, Outcome, Report, report_detail
-from edgeheal.model import CheckResult, State
+from edgeheal.model import CheckResult, Context, State
 
 if TYPE_CHECKING:
     from edgeheal.config import CheckSettings, OffloadSettings

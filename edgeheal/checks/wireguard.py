@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
-from edgeheal.model import CheckResult, State
+from edgeheal.model import CheckResult, Context, State
 from edgeheal.wg.model import (
     DeviceStats,
     NoSuchDevice,
@@ -321,7 +321,7 @@ class WireguardCheck:
 
     name = NAME
 
-    def __init__(self, ctx: checks.Context, *, reader: Reader | None = None,
+    def __init__(self, ctx: Context, *, reader: Reader | None = None,
                  wall: Callable[[], float] = time.time,
                  resolve: Callable[[str], Awaitable[list[str]]] | None = None) -> None:
         self.ctx = ctx
@@ -516,7 +516,7 @@ async def _resolve(host: str) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
-def factory(ctx: checks.Context) -> list[checks.Check]:
+def factory(ctx: Context) -> list[checks.Check]:
     settings = ctx.config.wireguard
     if not settings.interfaces:
         return []

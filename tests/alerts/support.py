@@ -13,8 +13,7 @@ import jsonschema
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config
-from edgeheal.checks import Context, Event
-from edgeheal.model import CheckResult, CheckStatus, Snapshot, State
+from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -56,6 +55,7 @@ def harness(tmp_path: Path, toml: str = "", *, clock: Clock | None = None,
     events: list[Event] = []
     empty = Snapshot(node="edge-7", checks={}, started_mono=0.0, taken_mono=0.0)
     ctx = Context(config=cfg, registry=registry or CollectorRegistry(), clock=clock,
+                  wall=clock.wall,
                   snapshot=lambda: empty, emit=events.append,
                   control=control or handlers.__setitem__)
     return Harness(ctx, clock, handlers, events)

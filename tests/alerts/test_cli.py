@@ -39,7 +39,7 @@ async def test_the_command_raises_alerts_through_the_agents_control_socket(
         tmp_path: Path) -> None:
     server = ControlServer(tmp_path / "state")
     h = harness(tmp_path, control=server.register)
-    engine = AlertEngine(h.ctx, wall=h.clock.wall)
+    engine = AlertEngine(h.ctx)
     await server.start()
     try:
         done = await asyncio.to_thread(_cli, tmp_path, "--count", "3", "--ids")

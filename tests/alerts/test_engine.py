@@ -13,15 +13,14 @@ from edgeheal.alerts import engine as engine_mod
 from edgeheal.alerts.engine import AlertEngine
 from edgeheal.alerts.kinds import KINDS
 from edgeheal.alerts.payload import Alert, UlidFactory, build, ulid_time_ms
-from edgeheal.checks import Event
-from edgeheal.model import State
+from edgeheal.model import Event, State
 from tests.alerts.support import Clock, Harness, harness, snapshot, status, validate
 
 REMIND = 'reminder_interval = "10m"'
 
 
 def _engine(h: Harness) -> AlertEngine:
-    return AlertEngine(h.ctx, wall=h.clock.wall)
+    return AlertEngine(h.ctx)
 
 
 def _alerts(engine: AlertEngine) -> list[Alert]:

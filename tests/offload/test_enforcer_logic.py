@@ -6,10 +6,10 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config
-from edgeheal.checks import Context, Event, Serving
+from edgeheal.checks import Serving
 from edgeheal.checks import offload as offload_check
 from edgeheal.enforce import DRIFT_EVENT, Enforcer
-from edgeheal.model import State
+from edgeheal.model import Context, Event, State
 from tests.offload.helpers import CSUM, FixtureSource, fixture
 
 

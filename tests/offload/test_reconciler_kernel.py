@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeheal.checks import Event
 from edgeheal.enforce import DRIFT_EVENT, Enforcer
+from edgeheal.model import Event
 from tests.offload.conftest import Lab
 from tests.offload.helpers import CSUM, set_feature
 

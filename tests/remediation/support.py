@@ -11,8 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config as cfg
-from edgeheal.checks import Context, Event
-from edgeheal.model import CheckResult, CheckStatus, Snapshot, State
+from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from edgeheal.remedies import Availability, Outcome, RemedyError
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeheal.checks import Context, Event
 from edgeheal.config import Config, loads
 from edgeheal.lab.systemd_bus import Behaviour, FakeSystemd, SystemBus
-from edgeheal.model import CheckResult, CheckStatus, Snapshot, State
+from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from edgeheal.remediation import Remediator
 
 AGENT = "k3s-agent.service"

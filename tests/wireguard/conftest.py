@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeheal import checks, config
+from edgeheal import config
 from edgeheal.lab import netns
 from edgeheal.lab.wireguard import WgMesh
+from edgeheal.model import Context
 
 
 @dataclass
@@ -32,8 +33,8 @@ class Clock:
 
 
 def context(toml: str, clock: Callable[[], float] | None = None,
-            registry: CollectorRegistry | None = None) -> checks.Context:
-    return checks.Context(
+            registry: CollectorRegistry | None = None) -> Context:
+    return Context(
         config=config.loads(toml), registry=registry or CollectorRegistry(),
         clock=clock or __import__("time").monotonic,
         snapshot=lambda: None,  # type: ignore[arg-type,return-value]
