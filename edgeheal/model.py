@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -211,3 +211,14 @@ class Context:
     wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     """The one wall clock (UTC), for what people read: timestamps in alerts, /status and
     persisted records. Never used for a decision."""
+
+
+Severity = Literal["info", "warning", "critical"]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    severity: Severity
+    doc: str
+    problem: bool = False
+    """Opens (or escalates) a problem that reminders repeat and a recovery clears."""

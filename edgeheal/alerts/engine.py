@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeheal import checks
 from edgeheal.alerts import kinds
 from edgeheal.alerts.outbox import DROPPED_KIND, Outbox
 from edgeheal.alerts.payload import Alert, UlidFactory
@@ -278,15 +279,7 @@ class AlertEngine:
         return False
 
     def _problem_kind(self, name: str, status: CheckStatus) -> tuple[str, str]:
-        if name in self._mqtt_targets:
-            return "mqtt.unreachable", "mqtt.recovered"
-        if name == "wireguard" and f"wireguard.{status.reason}" in kinds.KINDS:
-            return f"wireguard.{status.reason}", "wireguard.recovered"
-        if name == "wireguard" and status.state is State.FAILED:
-            return "wireguard.failed", "wireguard.recovered"
-        if name == "offload" and status.reason == "cannot_disable":
-            return "offload.cannot_disable", "offload.recovered"
-        return "check.failed", "check.recovered"
+        return checks.alert_kinds(self.ctx.config, name, status)
 
     def _detail(self, name: str, status: CheckStatus, *, opened: str = "") -> dict[str, Any]:
         detail: dict[str, Any] = {"check": name, "state": status.state.value,

@@ -1,8 +1,8 @@
 """The closed table of alert kinds: every alert edgeheal can raise, with its severity.
 
-One dict, so a subscriber's documentation (``docs/alerts.md``) and the code cannot drift
-(a test keeps them in step), and so later subsystems add their rows here — the
-remediation kinds (``remediation.*``) go in :data:`KINDS` like any other. A kind is
+One table, so a subscriber's documentation (``docs/alerts.md``) and the code cannot drift
+(a test keeps them in step). A check module brings its own kinds in its registration
+(:mod:`edgeheal.checks`); the subsystems above the checks add theirs here. A kind is
 ``<check or subsystem>.<event>``. Raising a kind that is not in the table is a programming
 error (``KeyError``), never a silent new kind.
 
@@ -12,45 +12,10 @@ check: a problem on a check that is not ``required`` is at most ``warning``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from edgeheal import checks
+from edgeheal.model import Kind, Severity
 
-Severity = Literal["info", "warning", "critical"]
-SEVERITIES: tuple[Severity, ...] = ("info", "warning", "critical")
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    severity: Severity
-    doc: str
-    problem: bool = False
-    """Opens (or escalates) a problem that reminders repeat and a recovery clears."""
-
-
-KINDS: dict[str, Kind] = {
-    "wireguard.rekey_failing": Kind(
-        "warning", "Handshakes are not being answered; the session still works for now.",
-        problem=True),
-    "wireguard.stalled": Kind(
-        "critical", "Data is sent through the tunnel but nothing comes back.", problem=True),
-    "wireguard.dead": Kind(
-        "critical", "No handshake for longer than REJECT_AFTER_TIME: the tunnel carries "
-        "nothing.", problem=True),
-    "wireguard.failed": Kind(
-        "critical", "The tunnel failed for a reason of Flannel's own state: `no_peers` (the "
-        "device lost its peers), `never_connected` or `interface_missing`; `detail.reason` "
-        "says which.", problem=True),
-    "wireguard.recovered": Kind("info", "The tunnel works again (clears the problem)."),
-    "mqtt.unreachable": Kind(
-        "critical", "An MQTT target cannot be reached or refuses us (critical for required "
-        "targets, warning otherwise). `detail.reason` says how, `detail.path` which path.",
-        problem=True),
-    "mqtt.recovered": Kind("info", "The MQTT target answers again (clears the problem)."),
-    "offload.drift_corrected": Kind(
-        "warning", "TX checksum offload was found on again and was turned off."),
-    "offload.cannot_disable": Kind(
-        "critical", "TX checksum offload is on and cannot be turned off.", problem=True),
-    "offload.recovered": Kind("info", "Offload is off again (clears the problem)."),
+SUBSYSTEM_KINDS: dict[str, Kind] = {
     "check.failed": Kind(
         "critical", "Any other check left `ok` (its `detail.state`/`detail.reason` say "
         "how); warning when the check is not required.", problem=True),
@@ -76,7 +41,13 @@ KINDS: dict[str, Kind] = {
         "warning", "The outbox hit a bound (`outbox_max_count`/`outbox_max_age`); "
         "`detail.dropped` alerts were lost, oldest first."),
 }
-"""Every kind edgeheal raises. Add rows here (e.g. ``remediation.*``); keep docs in step."""
+"""The kinds of the subsystems above the checks (remediation, the agent, the alert
+pipeline) and the generic ``check.*`` pair for a check module without its own kinds."""
+
+KINDS: dict[str, Kind] = {**checks.kinds(), **SUBSYSTEM_KINDS}
+"""Every kind edgeheal raises: each check module's own (its :class:`Registration`), then
+the subsystems'. ``docs/alerts.md`` and ``schemas/alert.schema.json`` are kept in step by a
+test."""
 
 
 def severity(kind: str, *, required: bool = True) -> Severity:

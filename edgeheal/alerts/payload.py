@@ -18,8 +18,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from edgeheal.alerts.kinds import KINDS, Severity, severity
-from edgeheal.model import rfc3339
+from edgeheal.alerts.kinds import KINDS, severity
+from edgeheal.model import Severity, rfc3339
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _RANDOM_BITS = 80

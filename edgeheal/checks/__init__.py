@@ -7,23 +7,25 @@ duration and success, and publishes the snapshot. A check that also needs a long
 task (the offload enforcer's link-event listener, the alert connection) exposes
 ``serve()``; the supervisor runs it as a named, supervised task next to the check.
 
-Adding a check = one new module here that calls :func:`register`, plus its name in
-:data:`BUILTIN`. Modules import their heavy dependencies (pyroute2, paho) inside the
-factory, so a disabled check costs no memory.
+Adding a check = one new module here that calls :func:`register` with its
+:class:`Registration` (factory, the names it creates, its alert kinds and their mapping, its
+settings rules), plus its name in :data:`BUILTIN`; see ``docs/contributing.md``.
+Modules import their heavy dependencies (pyroute2, paho) inside the factory, so a
+disabled check costs no memory.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from edgeheal.model import Context
+from edgeheal.model import Context, Kind
 
 if TYPE_CHECKING:
-    from edgeheal.config import CheckSettings
-    from edgeheal.model import CheckResult
+    from edgeheal.config import CheckSettings, Config
+    from edgeheal.model import CheckResult, CheckStatus
 
 BUILTIN = ("offload", "wireguard", "mqtt")
 """Check modules loaded by the agent, in display order."""
@@ -47,22 +49,46 @@ class Serving(Protocol):
 
 
 Factory = Callable[[Context], list[Check]]
+Validator = Callable[["Config"], None]
+"""Settings rules of one check module beyond the generic ones (``fail_after``,
+``timeout``, ... are checked for every check by the config package). Raises
+:class:`~edgeheal.config.ConfigError` naming the key path, never a secret value."""
+AlertMap = Callable[["CheckStatus"], tuple[str, str]]
+"""A status that left ``ok`` -> (the problem's alert kind, its recovery kind)."""
+
+
+def _no_rules(config: Config) -> None:
+    return None
+
+
+def generic_alert(status: CheckStatus) -> tuple[str, str]:
+    return "check.failed", "check.recovered"
 
 
 @dataclass(frozen=True, slots=True)
 class Registration:
+    """Everything the layers above need to know about one check module."""
+
     module: str
+    """The module's name (``offload``), also its config section."""
     factory: Factory
-    doc: str
+    names: Callable[[Config], tuple[str, ...]]
+    """The check names this module creates for a config (``/probe/{name}``, alert
+    routing); the factory must create no other."""
+    doc: str = ""
+    kinds: Mapping[str, Kind] = field(default_factory=dict)
+    """Alert kinds this module's checks raise, ``<module>.<event>`` -> :class:`Kind`;
+    the alert table, ``docs/alerts.md`` and the alert schema's enum are built from them."""
+    alert: AlertMap = generic_alert
+    validate: Validator = _no_rules
 
 
 _REGISTRY: dict[str, Registration] = {}
 
 
-def register(module: str, factory: Factory, doc: str = "") -> None:
-    """Register a check module's factory. The factory returns zero or more checks
-    (zero when the section is disabled or has nothing to watch)."""
-    _REGISTRY[module] = Registration(module, factory, doc)
+def register(registration: Registration) -> None:
+    """Register a check module (called once, at the bottom of the module)."""
+    _REGISTRY[registration.module] = registration
 
 
 def registrations() -> list[Registration]:
@@ -76,3 +102,25 @@ def build(ctx: Context) -> list[Check]:
     for reg in registrations():
         checks.extend(c for c in reg.factory(ctx) if c.settings.enabled)
     return checks
+
+
+def validate(config: Config) -> None:
+    """Every registered check module's own settings rules."""
+    for reg in registrations():
+        reg.validate(config)
+
+
+def kinds() -> dict[str, Kind]:
+    """The alert kinds of every registered check module."""
+    out: dict[str, Kind] = {}
+    for reg in registrations():
+        out.update(reg.kinds)
+    return out
+
+
+def alert_kinds(config: Config, name: str, status: CheckStatus) -> tuple[str, str]:
+    """(problem kind, recovery kind) for check ``name`` that left ``ok``."""
+    for reg in registrations():
+        if name in reg.names(config):
+            return reg.alert(status)
+    return generic_alert(status)

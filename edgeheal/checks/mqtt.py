@@ -42,11 +42,11 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
-from edgeheal.checks import Check, register
-from edgeheal.model import CheckResult, Context, State
+from edgeheal.checks import Check, Registration, register
+from edgeheal.model import CheckResult, Context, Kind, State
 
 if TYPE_CHECKING:
-    from edgeheal.config import CheckSettings, MqttTarget
+    from edgeheal.config import CheckSettings, Config, MqttTarget
     from edgeheal.mqtt import ProbeResult
 
 log = logging.getLogger(__name__)
@@ -145,4 +145,18 @@ def _factory(ctx: Context) -> list[Check]:
     return checks
 
 
-register("mqtt", _factory, __doc__ or "")
+KINDS: dict[str, Kind] = {
+    "mqtt.unreachable": Kind(
+        "critical", "An MQTT target cannot be reached or refuses us (critical for required "
+        "targets, warning otherwise). `detail.reason` says how, `detail.path` which path.",
+        problem=True),
+    "mqtt.recovered": Kind("info", "The MQTT target answers again (clears the problem)."),
+}
+
+
+def _names(config: Config) -> tuple[str, ...]:
+    return tuple(t.name for t in config.mqtt.targets)
+
+
+register(Registration("mqtt", _factory, names=_names, doc=__doc__ or "", kinds=KINDS,
+                      alert=lambda status: ("mqtt.unreachable", "mqtt.recovered")))

@@ -35,9 +35,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from edgeheal.checks import Check, register
+from edgeheal.checks import Check, Registration, register
 from edgeheal.enforce import Correction, Enforcer, Outcome, Report, report_detail
-from edgeheal.model import CheckResult, Context, State
+from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
 
 if TYPE_CHECKING:
     from edgeheal.config import CheckSettings, OffloadSettings
@@ -120,4 +120,20 @@ def _factory(ctx: Context) -> list[Check]:
     return [OffloadCheck(ctx, settings)]
 
 
-register(NAME, _factory, __doc__ or "")
+KINDS: dict[str, Kind] = {
+    "offload.drift_corrected": Kind(
+        "warning", "TX checksum offload was found on again and was turned off."),
+    "offload.cannot_disable": Kind(
+        "critical", "TX checksum offload is on and cannot be turned off.", problem=True),
+    "offload.recovered": Kind("info", "Offload is off again (clears the problem)."),
+}
+
+
+def _alert(status: CheckStatus) -> tuple[str, str]:
+    if status.reason == "cannot_disable":
+        return "offload.cannot_disable", "offload.recovered"
+    return "check.failed", "check.recovered"
+
+
+register(Registration(NAME, _factory, names=lambda config: (NAME,), doc=__doc__ or "",
+                      kinds=KINDS, alert=_alert))

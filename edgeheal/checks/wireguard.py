@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
-from edgeheal.model import CheckResult, Context, State
+from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
 from edgeheal.wg.model import (
     DeviceStats,
     NoSuchDevice,
@@ -526,7 +526,35 @@ def factory(ctx: Context) -> list[checks.Check]:
     return [check]
 
 
-checks.register(NAME, factory, __doc__ or "")
+KINDS: dict[str, Kind] = {
+    "wireguard.rekey_failing": Kind(
+        "warning", "Handshakes are not being answered; the session still works for now.",
+        problem=True),
+    "wireguard.stalled": Kind(
+        "critical", "Data is sent through the tunnel but nothing comes back.", problem=True),
+    "wireguard.dead": Kind(
+        "critical", "No handshake for longer than REJECT_AFTER_TIME: the tunnel carries "
+        "nothing.", problem=True),
+    "wireguard.failed": Kind(
+        "critical", "The tunnel failed for a reason of Flannel's own state: `no_peers` (the "
+        "device lost its peers), `never_connected` or `interface_missing`; `detail.reason` "
+        "says which.", problem=True),
+    "wireguard.recovered": Kind("info", "The tunnel works again (clears the problem)."),
+}
+
+
+def _alert(status: CheckStatus) -> tuple[str, str]:
+    kind = f"wireguard.{status.reason}"
+    if kind in KINDS and KINDS[kind].problem:
+        return kind, "wireguard.recovered"
+    if status.state is State.FAILED:
+        return "wireguard.failed", "wireguard.recovered"
+    return "check.failed", "check.recovered"
+
+
+checks.register(checks.Registration(
+    NAME, factory, names=lambda config: (NAME,) if config.wireguard.interfaces else (),
+    doc=__doc__ or "", kinds=KINDS, alert=_alert))
 
 __all__ = ["REASONS", "PeerHistory", "Thresholds", "WireguardCheck", "classify", "observe",
            "route_peers", "thresholds"]
