@@ -49,9 +49,9 @@ import footprint
 import labkit
 import wireguard as wgbench
 
-from edgeheal import config
-from edgeheal.checks.wireguard import thresholds
+from edgeheal import validation
 from edgeheal.lab.world import KEEPALIVE
+from edgeheal.wg.health import thresholds
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "docs" / "benchmarks.md"
@@ -265,7 +265,7 @@ def _detection(res: dict[str, Any]) -> list[str]:
             f"{s(inc['age_alert_180'])} |",
             f"| incident: tunnel dead | 1 | {s(inc['floor_dead'])} | {s(inc['detect'])} "
             f"(`{inc['reason']}`) | | |"]
-    stall = thresholds(config.loads("").wireguard, k).rx_stall_after or 0.0
+    stall = thresholds(validation.loads("").wireguard, k).rx_stall_after or 0.0
     out += ["", f"Blackhole: edgeheal is {med(bh, 'detect') or 0:.1f} s after the fault, "
             f"{(med(bh, 'detect') or 0) / k:.1f}x the floor (it waits rx_stall_after, "
             f"{stall:g} s at K = {k} s, so a lost keepalive or a late timer is not an outage, "

@@ -38,11 +38,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from edgeheal import config, debounce
-from edgeheal.checks.wireguard import WireguardCheck, thresholds
+from edgeheal import debounce, validation
+from edgeheal.checks.wireguard import WireguardCheck
 from edgeheal.lab.wireguard import WgMesh
 from edgeheal.model import CheckResult, CheckStatus, Context, State
 from edgeheal.wg import read_device
+from edgeheal.wg.health import thresholds
 
 INTERVAL = 1.0
 OUT = Path(__file__).resolve().parents[1] / "docs" / "bench-wireguard.md"
@@ -65,7 +66,7 @@ path = "tunnel"
 """
         from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
-        cfg = config.loads(toml)
+        cfg = validation.loads(toml)
         self.settings = cfg.wireguard
         self.check = WireguardCheck(Context(
             config=cfg, registry=CollectorRegistry(), clock=time.monotonic,
@@ -271,7 +272,7 @@ async def main(argv: list[str]) -> int:
     rows = [r for r in results if "floor" in r]
     incident = next((r for r in results if "floor_rekey" in r), None)
     cost = await read_cost(args.reads)
-    k25 = thresholds(config.loads("").wireguard, 25)
+    k25 = thresholds(validation.loads("").wireguard, 25)
     write(args.out, k=k, k25=k25, rows=rows, incident=incident, cost=cost, argv=argv)
     print(args.out.read_text())
     return 0

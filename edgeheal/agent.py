@@ -6,6 +6,10 @@ recorded (reasons ``check_error`` / ``check_timeout``) and never takes the agent
 Long-running parts (a check's ``serve()``, the alert engine, the remediator, the HTTP
 server) run as named, guarded tasks that are restarted with capped backoff if they crash.
 
+The agent builds what several parts share, once, before the checks: the connection to
+``[alerts] target`` (:func:`edgeheal.mqtt.link.for_alerts`) goes to that target's check
+through ``Context.alert_link`` and to the alert engine's constructor, which runs it.
+
 After every run the raw result is debounced (:mod:`edgeheal.debounce`) and a new immutable
 :class:`~edgeheal.model.Snapshot` replaces the old one; HTTP, metrics, alerts and the
 remediator only ever read that snapshot, so a request never waits on a network check.
@@ -55,7 +59,10 @@ class Agent:
         """``checks`` replaces the registry's checks (tests inject their own)."""
         from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
+        from edgeheal import remediation  # noqa: PLC0415 - the actors load with an agent
+        from edgeheal.alerts.engine import AlertEngine  # noqa: PLC0415
         from edgeheal.metrics import AgentMetrics  # noqa: PLC0415
+        from edgeheal.mqtt.link import for_alerts  # noqa: PLC0415
 
         self.config = config
         self.clock, self.wall = clock, wall
@@ -72,9 +79,12 @@ class Agent:
                                   taken_mono=self.started_mono)
         self._ready_sent = False
         self._summary = ""
+        self.alert_link = for_alerts(config, clock=clock)
+        """The one connection to ``[alerts] target``: the alert engine runs it, its check
+        reads it (``Context.alert_link``)."""
         self.ctx = Context(config=config, registry=self.registry, clock=clock, wall=wall,
                            snapshot=lambda: self._snapshot, emit=self._emit,
-                           control=self.control.register)
+                           control=self.control.register, alert_link=self.alert_link)
         self.checks: list[Check] = (
             list(checks) if checks is not None else registry.build(self.ctx))
         self.http_runner: Any = None
@@ -85,10 +95,7 @@ class Agent:
         for check in self.checks:
             self._statuses[check.name] = debounce.initial(
                 check.name, required=check.settings.required, now=now, wall=wall_now)
-        from edgeheal import remediation  # noqa: PLC0415 - after the checks registered
-        from edgeheal.alerts import engine  # noqa: PLC0415
-
-        self.alerts = engine.build(self.ctx)
+        self.alerts = AlertEngine(self.ctx, link=self.alert_link)
         self.remediator = remediation.build(self.ctx)
         self._publish()
 
@@ -211,7 +218,7 @@ class Agent:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop_event.set)
         await self.control.start()
-        web = self.http_runner = await http.start(self)
+        web = self.http_runner = await http.start(self, self.config.http.listen)
         log.info("edgeheal %s on %s: checks %s; http %s", __version__, self.config.node,
                  ", ".join(c.name for c in self.checks) or "none",
                  ", ".join(self.config.http.listen))

@@ -24,8 +24,9 @@ import urllib.request
 from typing import Any
 
 from edgeheal import __version__
-from edgeheal.config import ConfigError, load, redacted, reference, split_hostport
+from edgeheal.config import ConfigError, redacted, reference, split_hostport
 from edgeheal.model import ExitCode
+from edgeheal.validation import load
 
 log = logging.getLogger("edgeheal")
 

@@ -39,7 +39,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
-import fnmatch
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -55,6 +54,8 @@ from edgeheal.ethtool import (
     Unsupported,
 )
 from edgeheal.model import Event
+from edgeheal.names import matches as names_match
+from edgeheal.names import matching as names_matching
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -106,8 +107,8 @@ def to_disable(features: Mapping[str, Feature], wanted: Iterable[str]) -> list[s
 def select(present: Iterable[str], patterns: Iterable[str]) -> tuple[list[str], list[str]]:
     """(present interfaces matching any pattern, sorted; patterns matching none)."""
     names, pats = sorted(set(present)), tuple(patterns)
-    matched = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
-    unmatched = [p for p in pats if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    matched = names_matching(names, pats)
+    unmatched = [p for p in pats if not names_matching(names, (p,))]
     return matched, unmatched
 
 
@@ -387,8 +388,7 @@ class Enforcer:
                         log.info("%s went away", ifname, extra={"interface": ifname})
                         self.forget(ifname)
                     continue
-                if not ifname or not any(fnmatch.fnmatchcase(ifname, p)
-                                         for p in self.patterns):
+                if not ifname or not names_match(ifname, self.patterns):
                     continue
                 await self.reconcile("link_event", only=ifname)
 

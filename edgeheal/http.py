@@ -12,26 +12,53 @@ commands go through the root-only control socket (:mod:`edgeheal.control`).
 - ``/status``: the whole snapshot as JSON. ``/metrics``: Prometheus text.
 
 The JSON shapes are in ``schemas/`` (JSON Schema) and the tests validate real responses.
+
+The server sits below the supervisor: it reads the agent through :class:`Source`, the few
+things it renders, and never imports :mod:`edgeheal.agent`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from edgeheal import __version__
 from edgeheal.config import split_hostport
-from edgeheal.model import CheckStatus
+from edgeheal.model import CheckStatus, Snapshot
 
 if TYPE_CHECKING:
-    from edgeheal.agent import Agent
-
-AGENT: web.AppKey[Agent] = web.AppKey("agent")
+    from prometheus_client import CollectorRegistry
 
 
-def status_document(agent: Agent) -> dict[str, Any]:
+class Source(Protocol):
+    """What the endpoints read (the agent is one): the snapshot, liveness, the metrics."""
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+    @property
+    def live(self) -> bool:
+        """True while the supervisor ticks (``/livez``)."""
+
+    @property
+    def last_tick(self) -> float:
+        """Monotonic time of the supervisor's last tick."""
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The monotonic clock the snapshot's times are on."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
+AGENT: web.AppKey[Source] = web.AppKey("agent")
+
+
+def status_document(agent: Source) -> dict[str, Any]:
     snap = agent.snapshot
     extras = dict(snap.extras)
     remediation = dict(extras.pop("remediation", {}) or {})
@@ -91,7 +118,7 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def make_app(agent: Agent) -> web.Application:
+def make_app(agent: Source) -> web.Application:
     app = web.Application(handler_args={"max_field_size": 8190, "max_line_size": 8190},
                           client_max_size=4096)
     app[AGENT] = agent
@@ -103,13 +130,14 @@ def make_app(agent: Agent) -> web.Application:
     return app
 
 
-async def start(agent: Agent) -> web.AppRunner:
-    """Bind every ``[http] listen`` address; raise OSError naming the one that failed."""
+async def start(agent: Source, listen: Iterable[str]) -> web.AppRunner:
+    """Bind every ``listen`` address (``[http] listen``); raise OSError naming the one that
+    failed."""
     runner = web.AppRunner(make_app(agent), access_log=None, handle_signals=False,
                            shutdown_timeout=0.5)
     await runner.setup()
     try:
-        for addr in agent.config.http.listen:
+        for addr in listen:
             host, port = split_hostport(addr)
             site = web.TCPSite(runner, host, port, reuse_address=True)
             try:

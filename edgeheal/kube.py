@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.model import rfc3339
+
 if TYPE_CHECKING:
     from edgeheal.config import KubernetesSettings
 
@@ -96,18 +98,22 @@ class Pod:
                    deleting=bool(meta.get("deletionTimestamp")))
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 class KubeClient:
     def __init__(self, settings: KubernetesSettings, *,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  rng: random.Random | None = None,
-                 service_account: str | None = None) -> None:
+                 service_account: str | None = None,
+                 wall: Callable[[], datetime] = _utcnow) -> None:
         """``service_account``: the in-cluster credentials directory (token, ca.crt,
-        namespace; default Kubernetes's own mount point), used when no kubeconfig is set."""
+        namespace; default Kubernetes's own mount point), used when no kubeconfig is set.
+        ``wall``: the agent's one wall clock (UTC), for the timestamps written into Events
+        and the Node condition."""
         self.settings = settings
+        self._wall = wall
         self._service_account = service_account
         self._sleep = sleep
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
@@ -336,7 +342,7 @@ class KubeClient:
     async def node_event(self, node: str, reason: str, message: str, *,
                          warning: bool = False) -> None:
         """Record an Event on the Node, as kubelet does (namespace default, uid = name)."""
-        now = _now()
+        now = rfc3339(self._wall())
         body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{node}.edgeheal.", "namespace": EVENT_NAMESPACE},
@@ -354,7 +360,7 @@ class KubeClient:
                                  reason: str, message: str) -> None:
         """Set one Node condition with a strategic-merge patch of ``nodes/status`` (merged
         by ``type``, so kubelet's own conditions are untouched)."""
-        now = _now()
+        now = rfc3339(self._wall())
         status = "Unknown" if healthy is None else ("True" if healthy else "False")
         body = {"status": {"conditions": [{
             "type": kind, "status": status, "reason": reason, "message": message[:1024],

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -193,6 +193,40 @@ class Event:
     correlation: str = ""
 
 
+class AlertLinkState(Protocol):
+    """What the kept-open broker connection says about itself (:class:`AlertLink`)."""
+
+    @property
+    def up(self) -> bool: ...
+
+    @property
+    def reason(self) -> str:
+        """``ok`` when up; else the last failure's reason, or ``connecting``."""
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def rtt_seconds(self) -> float | None:
+        """CONNECT -> CONNACK of the current connection (when up)."""
+
+    @property
+    def connects(self) -> int: ...
+
+
+class AlertLink(Protocol):
+    """The kept-open connection to ``[alerts] target`` as a check reads it.
+
+    The agent builds it once (:class:`edgeheal.mqtt.link.Link`) and the alert engine runs
+    it; the target's check only reads its state, so it needs no MQTT of its own."""
+
+    @property
+    def state(self) -> AlertLinkState: ...
+
+    async def wait_change(self) -> None:
+        """Return at the next change of :attr:`state`."""
+
+
 @dataclass(frozen=True)
 class Context:
     """What a check factory gets: settings, metrics, the clock, and the ways out."""
@@ -211,6 +245,8 @@ class Context:
     wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     """The one wall clock (UTC), for what people read: timestamps in alerts, /status and
     persisted records. Never used for a decision."""
+    alert_link: AlertLink | None = None
+    """The connection to ``[alerts] target``, built once by the agent (None without one)."""
 
 
 Severity = Literal["info", "warning", "critical"]

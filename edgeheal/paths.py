@@ -10,6 +10,13 @@ every one of its targets that has a result is ``failed``, and is ``unknown`` oth
 (no targets, no results yet, or only ``unknown`` results). States are the effective,
 debounced ones from the snapshot. Pure: no I/O, no clock.
 
+The projection of a snapshot onto the two paths (:func:`by_path`: which targets belong to
+which path, and their completed statuses) is made here and nowhere else; the remediation
+policy reads the same projection (:func:`edgeheal.policy.view_of`). The policy then asks
+for stricter evidence than this verdict before it restarts anything (*every* direct-path
+target ``ok``, not just one serving), because a wrong restart costs more than a wrong line
+in ``/status``.
+
 ============  ============  ====================  ==========================================
 tunnel        direct        fault                 restart_flannel_helps
 ============  ============  ====================  ==========================================
@@ -24,10 +31,17 @@ other         other         ``unknown``           None
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from edgeheal.config import Config
-from edgeheal.model import Snapshot, State
+from edgeheal.model import CheckStatus, Snapshot, State
+
+if TYPE_CHECKING:
+    from edgeheal.config import Config
+
+Path = Literal["tunnel", "direct"]
+PATHS: tuple[Path, ...] = ("tunnel", "direct")
 
 _VERDICTS: dict[tuple[str, str], tuple[str, bool | None, str]] = {
     ("works", "works"): ("none", False, "both paths reach their brokers"),
@@ -42,26 +56,48 @@ _VERDICTS: dict[tuple[str, str], tuple[str, bool | None, str]] = {
 }
 
 
-def _path_state(snapshot: Snapshot, names: list[str]) -> str:
-    states = [snapshot.checks[n].state for n in names
-              if n in snapshot.checks and snapshot.checks[n].completed]
-    if any(s.serving for s in states):
-        return "works"
-    if states and all(s is State.FAILED for s in states):
-        return "fails"
-    return "unknown"
+def targets(config: Config, path: Path) -> tuple[str, ...]:
+    """The enabled MQTT targets (check names) of one path, in configuration order."""
+    return tuple(t.name for t in config.mqtt.targets if t.enabled and t.path == path)
+
+
+@dataclass(frozen=True, slots=True)
+class ByPath:
+    """The MQTT targets of each path and the completed statuses among them."""
+
+    names: Mapping[Path, tuple[str, ...]]
+    """Every enabled target of each path, whether it has a result yet or not."""
+    statuses: Mapping[Path, Mapping[str, CheckStatus]]
+    """Each path's targets that completed at least one run."""
+
+    def states(self, path: Path) -> dict[str, State]:
+        return {name: s.state for name, s in self.statuses[path].items()}
+
+    def state(self, path: Path) -> str:
+        """``works``, ``fails`` or ``unknown`` (see the module docstring)."""
+        states = list(self.states(path).values())
+        if any(s.serving for s in states):
+            return "works"
+        if states and all(s is State.FAILED for s in states):
+            return "fails"
+        return "unknown"
+
+
+def by_path(snapshot: Snapshot, config: Config) -> ByPath:
+    """Project a snapshot onto the two paths (pure)."""
+    names = {path: targets(config, path) for path in PATHS}
+    statuses = {path: {n: snapshot.checks[n] for n in names[path]
+                       if n in snapshot.checks and snapshot.checks[n].completed}
+                for path in PATHS}
+    return ByPath(names=names, statuses=statuses)
 
 
 def path_verdict(snapshot: Snapshot, config: Config) -> dict[str, Any]:
     """The verdict as a JSON-ready dict (``/status`` extras ``path``)."""
-    names: dict[str, list[str]] = {"tunnel": [], "direct": []}
-    for target in config.mqtt.targets:
-        if target.enabled:
-            names[target.path].append(target.name)
-    tunnel = _path_state(snapshot, names["tunnel"])
-    direct = _path_state(snapshot, names["direct"])
+    paths = by_path(snapshot, config)
+    tunnel, direct = paths.state("tunnel"), paths.state("direct")
     fault, helps, message = _VERDICTS.get(
         (tunnel, direct), ("unknown", None, "not enough path results for a verdict"))
     return {"tunnel": tunnel, "direct": direct, "fault": fault,
             "restart_flannel_helps": helps, "message": message,
-            "targets": {path: list(n) for path, n in names.items()}}
+            "targets": {path: list(n) for path, n in paths.names.items()}}

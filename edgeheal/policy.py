@@ -1,10 +1,21 @@
-"""The remediation policy: a pure decision, plus the action history it reads.
+"""The remediation policy: a pure decision over the snapshot and the action history.
 
 ``decide(view, history, now, settings) -> [Action]`` answers "should Flannel be restarted
 now?" without doing I/O or reading a clock, so every rung and every safeguard is a row in
 a table-driven test (tests/remediation/test_policy.py). The actor
 (:mod:`edgeheal.remediation`) builds the :class:`TunnelView` from the snapshot, runs the
-chosen remedy, and records what happened back into the :class:`History`.
+chosen remedy, and records what happened back into the :class:`History`, which it persists
+(:mod:`edgeheal.remediation.history`).
+
+What the policy knows of the layers below, and why: the tunnel-path and direct-path MQTT
+targets come from the configuration, grouped by :func:`edgeheal.paths.by_path` (the one
+projection of the snapshot onto the two paths). The WireGuard and offload checks are read
+by their names, :data:`edgeheal.checks.wireguard.NAME` and
+:data:`edgeheal.checks.offload.NAME` (one constant each, in the check that owns it): the
+WireGuard check's state *and reason* are the restart rung's evidence (the reasons below are
+that check's vocabulary), and the offload state is recorded when the policy declines to
+act on a degraded tunnel. Which remedies exist is not the policy's business: the view's
+``mode`` is the resolved remedy, or :data:`NO_REMEDY`.
 
 The ladder (first matching rule wins):
 
@@ -30,46 +41,35 @@ The ladder (first matching rule wins):
    that did not cure open the circuit (``open_circuit``).
 5. otherwise ``restart`` (``dry_run`` marks it: the actor says everything, does nothing).
 
-**Time, and why history survives restarts and clock steps.** ``now`` is the agent's
-monotonic clock. The history is persisted (JSON, written atomically) with each entry's
-*CLOCK_BOOTTIME* reading plus the boot id (``/proc/sys/kernel/random/boot_id``); the wall
-time is stored for humans only. On load, entries of the *same boot* are mapped onto the
-new process's monotonic timeline through the boottime offset, so an agent killed and
-restarted in a loop still sees its earlier restarts and cannot exceed ``max_per_hour``,
-and a wall-clock step (NTP, an RTC without battery, a 4G modem's time) changes nothing.
-CLOCK_BOOTTIME rather than CLOCK_MONOTONIC because it keeps counting through suspend, so
-"an hour ago" stays true. Entries of an *earlier boot* cannot be placed on this boot's
-timeline (wall time is not trusted); they are kept for display but no longer count for
-cooldown or budget. That is safe because a new boot is itself inside ``startup_grace``
-(the node just started). The circuit and the restarts-in-a-row count persist across boots:
-a human is needed until the tunnel is healthy again. A timed pause ends with the boot.
+**Time.** ``now`` is the agent's monotonic clock; every time in the :class:`History` is on
+that timeline (or None for an earlier boot's entry). The :class:`History` holds *every*
+piece of state a decision reads besides the snapshot — restart records, the streak, the
+circuit, a pause, whether the direct path has had an outage — so an agent restarted on the
+same boot decides exactly as the one before it would have. How it survives restarts and
+clock steps is :mod:`edgeheal.remediation.history`'s docstring.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from edgeheal.checks.offload import NAME as OFFLOAD
+from edgeheal.checks.wireguard import NAME as WIREGUARD
 from edgeheal.model import CheckStatus, Snapshot, State
+from edgeheal.paths import by_path
 
 if TYPE_CHECKING:
     from edgeheal.config import Config, RemediationSettings
-
-log = logging.getLogger(__name__)
 
 WINDOW = 3600.0
 """The sliding window of ``max_per_hour``, seconds."""
 KEEP = 50
 """History entries kept (the newest); older ones cannot matter to any window."""
-HISTORY_FILE = "remediation-history.json"
+NO_REMEDY = "none"
+"""The view's ``mode`` when there is nothing to restart on this node (alert only)."""
 FAILED_REASONS = frozenset({"stalled", "dead", "never_connected", "no_peers",
                             "interface_missing"})
 """WireGuard reasons that mean the tunnel carries nothing: the restart rung. ``no_peers``
@@ -78,15 +78,7 @@ device it manages): exactly what a restart rebuilds from the cluster's data."""
 DEGRADED_REASONS = frozenset({"rekey_failing"})
 
 ActionKind = Literal["restart", "skip", "watch", "open_circuit", "close_circuit"]
-Result = Literal["recovered", "not_recovered", "failed", "config_problem", "dry_run",
-                 "in_progress", "interrupted"]
-"""``in_progress`` is persisted *before* the remedy runs, so an agent killed mid-restart
-still counts the attempt (cooldown, budget, circuit); it reads back as ``interrupted``."""
 CURED: frozenset[str] = frozenset({"recovered"})
-
-
-class HistoryError(Exception):
-    """The persisted history could not be read or written (named file, never fatal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +101,10 @@ class Record:
     mode: str
     reason: str
     result: str
+    """``recovered``, ``not_recovered``, ``failed``, ``config_problem``, ``dry_run``;
+    ``in_progress`` is persisted *before* the remedy runs, so an agent killed mid-restart
+    still counts the attempt (cooldown, budget, circuit); it reads back as
+    ``interrupted``."""
     duration: float
     target: str = ""
     action: str = "restart"
@@ -127,6 +123,10 @@ class History:
     circuit_open: bool = False
     paused_until: float | None = None
     """Monotonic end of an operator pause; ``math.inf`` for an indefinite one."""
+    direct_was_down: bool = False
+    """A direct-path target has *failed* on this boot (an outage, not the first connection's
+    ``unknown``). Until then the direct path's first ``ok`` is the agent starting, not the
+    uplink coming back, and ``uplink_settle`` does not apply."""
 
     def restarts_within(self, now: float, window: float = WINDOW) -> list[Record]:
         """Restart attempts (dry runs included) in ``(now - window, now]`` on this boot."""
@@ -175,15 +175,22 @@ class History:
     def resumed(self) -> History:
         return replace(self, paused_until=None)
 
+    def saw(self, view: TunnelView) -> History:
+        """Note what the view says about the direct path (``self`` when nothing changes)."""
+        if self.direct_was_down or not any(s is State.FAILED
+                                           for s in view.direct_mqtt.values()):
+            return self
+        return replace(self, direct_was_down=True)
+
 
 @dataclass(frozen=True, slots=True)
 class TunnelView:
     """What the policy reads from the snapshot: only states and reasons (pure input)."""
 
     mode: str
-    """The resolved remedy: ``pod``, ``k3s-service`` or ``none``."""
+    """The resolved remedy's mode, or :data:`NO_REMEDY`."""
     wireguard: State | None = None
-    """The ``wireguard`` check's effective state; None when absent or not run yet."""
+    """The WireGuard check's effective state; None when absent or not run yet."""
     wireguard_reason: str = ""
     tunnel_mqtt: Mapping[str, State] = field(default_factory=dict)
     direct_mqtt: Mapping[str, State] = field(default_factory=dict)
@@ -227,22 +234,17 @@ class TunnelView:
 
 def view_of(snapshot: Snapshot, config: Config, *, mode: str,
             booted_mono: float = -math.inf, direct_was_down: bool = True) -> TunnelView:
-    """Project a snapshot onto what the policy reads (pure). ``direct_was_down``: the
-    direct path has failed at some point since the agent started; until then its first
-    ``ok`` is the agent starting, not the uplink coming back, and ``uplink_settle`` does not
-    apply (startup is ``startup_grace``'s business)."""
+    """Project a snapshot onto what the policy reads (pure). ``direct_was_down``: see
+    :attr:`History.direct_was_down`."""
     def state(name: str) -> CheckStatus | None:
         status = snapshot.checks.get(name)
         return status if status is not None and status.completed else None
 
-    wg, off = state("wireguard"), state("offload")
-    tunnel: dict[str, State] = {}
-    direct: dict[str, State] = {}
-    for target in config.mqtt.targets:
-        status = state(target.name)
-        if status is not None:
-            (tunnel if target.path == "tunnel" else direct)[target.name] = status.state
-    direct_since = [snapshot.checks[n].since_mono for n in direct if direct[n] is State.OK]
+    wg, off = state(WIREGUARD), state(OFFLOAD)
+    paths = by_path(snapshot, config)
+    tunnel, direct = paths.states("tunnel"), paths.states("direct")
+    direct_since = [s.since_mono for s in paths.statuses["direct"].values()
+                    if s.state is State.OK]
     return TunnelView(
         direct_ok_since=max(direct_since) if direct_was_down and direct_since and len(
             direct_since) == len(direct) else -math.inf,
@@ -289,7 +291,7 @@ def decide(view: TunnelView, history: History, now: float,
         return [Action("skip", "uplink_settling",
                        f"{failure}: the direct path came back {now - view.direct_ok_since:.0f}s "
                        f"ago; the tunnel gets {settings.uplink_settle:g}s to recover by itself")]
-    if view.mode not in ("pod", "k3s-service"):
+    if view.mode == NO_REMEDY:
         return [Action("skip", "mode_none", f"{failure}: no remedy on this node (alert only)")]
     if history.failures_in_row >= settings.give_up_after:
         return [Action("open_circuit", failure,
@@ -317,91 +319,3 @@ def decide(view: TunnelView, history: History, now: float,
 
 def budget_left(history: History, now: float, settings: RemediationSettings) -> int:
     return max(0, settings.max_per_hour - len(history.restarts_within(now)))
-
-
-# --- persistence ------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Timeline:
-    """The boot this process runs in, and the offset from monotonic to boottime."""
-
-    boot_id: str
-    offset: float
-    """``CLOCK_BOOTTIME - clock()`` measured once at start."""
-
-    def to_boot(self, mono: float) -> float:
-        return mono + self.offset
-
-    def to_mono(self, boottime: float) -> float:
-        return boottime - self.offset
-
-
-def save(path: Path, history: History, timeline: Timeline) -> None:
-    """Write the history atomically (temp file, fsync, rename); raise HistoryError."""
-    def boot(mono: float | None) -> float | None:
-        return None if mono is None else timeline.to_boot(mono)
-
-    paused: float | str | None = None
-    if history.paused_until == math.inf:
-        paused = "indefinite"
-    elif history.paused_until is not None:
-        paused = timeline.to_boot(history.paused_until)
-    data = {
-        "version": 1, "boot_id": timeline.boot_id,
-        "failures_in_row": history.failures_in_row, "circuit_open": history.circuit_open,
-        "paused_until_boottime": paused,
-        "records": [{"boottime": boot(r.mono), "wall": r.wall, "mode": r.mode,
-                     "reason": r.reason, "result": r.result, "duration": r.duration,
-                     "target": r.target, "action": r.action} for r in history.records],
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(data, fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError as err:
-        raise HistoryError(f"cannot write remediation history {path}: {err.strerror}") \
-            from err
-
-
-def load(path: Path, timeline: Timeline) -> History:
-    """Read the history; a missing file is an empty history; raise HistoryError if corrupt."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return History()
-    except (OSError, ValueError) as err:
-        raise HistoryError(f"cannot read remediation history {path}: {err}") from err
-    try:
-        same_boot = data["boot_id"] == timeline.boot_id
-        records = []
-        for r in data["records"]:
-            boottime = r["boottime"]
-            mono = (timeline.to_mono(float(boottime))
-                    if same_boot and boottime is not None else None)
-            result = str(r["result"])
-            records.append(Record(mono=mono, wall=str(r["wall"]), mode=str(r["mode"]),
-                                  reason=str(r["reason"]),
-                                  result="interrupted" if result == "in_progress" else result,
-                                  duration=float(r["duration"]), target=str(r["target"]),
-                                  action=str(r.get("action", "restart"))))
-        raw_pause = data["paused_until_boottime"]
-        paused: float | None = None
-        if raw_pause == "indefinite":
-            paused = math.inf
-        elif raw_pause is not None and same_boot:
-            paused = timeline.to_mono(float(raw_pause))
-        return History(records=tuple(records[-KEEP:]),
-                       failures_in_row=int(data["failures_in_row"]),
-                       circuit_open=bool(data["circuit_open"]), paused_until=paused)
-    except (KeyError, TypeError, ValueError) as err:
-        raise HistoryError(f"remediation history {path} is malformed ({err!r}); "
-                           "delete it to start afresh") from err

@@ -2,7 +2,7 @@
 
 The agent drives it through exactly this contract::
 
-    engine = build(ctx)          # opens the outbox, raises agent.started, registers alert.test
+    engine = AlertEngine(ctx, link=link)   # the outbox, agent.started, alert.test
     engine.observe(snapshot)     # after every published snapshot (states already debounced)
     engine.event(ev)             # ctx.emit(...) lands here (offload.drift_corrected, ...)
     await engine.serve()         # task edgeheal.alerts: the MQTT link and the ordered drain
@@ -24,6 +24,9 @@ oldest rows and one ``alerts.dropped`` alert (updated in place while undelivered
 many were lost. Time is ``ctx.clock`` (monotonic) for reminders; the wall clock only stamps
 ``time`` and ages rows in the outbox (which must survive a reboot).
 
+The connection to ``[alerts] target`` (:class:`edgeheal.mqtt.link.Link`) is built once by
+the agent and handed to the engine's constructor (the target's mqtt check reads the same
+object through ``Context.alert_link``); the engine runs it, drains over it and closes it.
 With ``[alerts] target`` empty there is no connection: alerts are kept (bounded) in the
 outbox and written to the log.
 """
@@ -84,8 +87,8 @@ class _Problem:
 
 
 class AlertEngine:
-    def __init__(self, ctx: Context, *,
-                 link: Link | None = None) -> None:
+    def __init__(self, ctx: Context, *, link: Link | None = None) -> None:
+        """``link``: the agent's connection to ``[alerts] target`` (None: log only)."""
         from prometheus_client import Counter, Gauge  # noqa: PLC0415
 
         cfg = ctx.config
@@ -339,9 +342,9 @@ class AlertEngine:
                     await asyncio.wait_for(self._wake.wait(), PRUNE_EVERY)
                 self._wake.clear()
         link = self.link
-        link.will = self.will
-        link.on_state = lambda _state: self._wake.set()
-        runner = asyncio.create_task(link.run(), name="edgeheal.alerts.link")
+        runner = asyncio.create_task(
+            link.run(will=self.will, on_state=lambda _state: self._wake.set()),
+            name="edgeheal.alerts.link")
         try:
             await self._drain(link)
         except asyncio.CancelledError:
@@ -427,18 +430,4 @@ def _version() -> str:
     from edgeheal import __version__  # noqa: PLC0415
 
     return str(__version__)
-
-
-def build(ctx: Context) -> AlertEngine:
-    """The agent's entry point: the engine, with the shared link to ``[alerts] target``."""
-    link = None
-    name = ctx.config.alerts.target
-    if name:
-        from edgeheal.mqtt.link import shared  # noqa: PLC0415
-
-        target = next(t for t in ctx.config.mqtt.targets if t.name == name)
-        link = shared(ctx.registry, target, ctx.config.node)
-        link.max_delay = ctx.config.alerts.reconnect_max
-        link.clock = ctx.clock
-    return AlertEngine(ctx, link=link)
 

@@ -11,9 +11,10 @@ Two ways of observing, both free of threads and subprocesses:
   CONNACK, then DISCONNECT (:func:`edgeheal.mqtt.probe`); with TLS the session is resumed
   from the previous probe, which keeps the bytes per probe small;
 - the ``[alerts] target`` is never probed: its kept-open connection
-  (:class:`edgeheal.mqtt.link.Link`, owned by the alert engine) already proves or disproves
-  reachability with its keepalive, so the check only reads the link's state, at the
-  agent's ``check_interval`` (reading costs nothing on the wire).
+  (``Context.alert_link``, built once by the agent and run by the alert engine) already
+  proves or disproves reachability with its keepalive, so the check only reads the link's
+  state, at the agent's ``check_interval`` (reading costs nothing on the wire). Without a
+  link in the context (a context built by hand) the alert target is probed like any other.
 
 Reasons (closed table; every reason maps to one state):
 
@@ -47,6 +48,7 @@ from edgeheal.model import CheckResult, Context, Kind, State
 
 if TYPE_CHECKING:
     from edgeheal.config import CheckSettings, Config, MqttTarget
+    from edgeheal.model import AlertLink
     from edgeheal.mqtt import ProbeResult
 
 log = logging.getLogger(__name__)
@@ -90,7 +92,8 @@ class MqttProbeCheck:
         self._resume: Any = None
 
     async def run(self) -> CheckResult:
-        from edgeheal.mqtt.connection import TlsResumption, probe  # noqa: PLC0415 - paho
+        from edgeheal.mqtt import probe  # noqa: PLC0415 - the boundary on demand
+        from edgeheal.mqtt.transport import TlsResumption  # noqa: PLC0415
 
         if self._resume is None and self.target.tls:
             self._resume = TlsResumption()
@@ -106,14 +109,13 @@ class MqttProbeCheck:
 class MqttLinkCheck:
     """Reads the kept-open alert connection's state; never opens a connection itself."""
 
-    def __init__(self, ctx: Context, target: MqttTarget, metrics: _Metrics) -> None:
-        from edgeheal.mqtt.link import shared  # noqa: PLC0415
-
+    def __init__(self, ctx: Context, target: MqttTarget, metrics: _Metrics,
+                 link: AlertLink) -> None:
         self.name = target.name
         self.settings: CheckSettings = dataclasses.replace(
             target, interval=ctx.config.agent.check_interval)
         self.ctx, self.target, self.metrics = ctx, target, metrics
-        self.link = shared(ctx.registry, target, ctx.config.node)
+        self.link = link
 
     async def run(self) -> CheckResult:
         if self.link.state.reason == "connecting":  # give the first attempt its time
@@ -138,8 +140,8 @@ def _factory(ctx: Context) -> list[Check]:
     metrics = _Metrics(ctx)
     checks: list[Check] = []
     for target in targets:
-        if target.name == ctx.config.alerts.target:
-            checks.append(MqttLinkCheck(ctx, target, metrics))
+        if target.name == ctx.config.alerts.target and ctx.alert_link is not None:
+            checks.append(MqttLinkCheck(ctx, target, metrics, ctx.alert_link))
         else:
             checks.append(MqttProbeCheck(ctx, target, metrics))
     return checks
@@ -158,5 +160,48 @@ def _names(config: Config) -> tuple[str, ...]:
     return tuple(t.name for t in config.mqtt.targets)
 
 
+def _validate(config: Config) -> None:
+    """``[[mqtt.targets]]`` rules beyond the common keys, and ``alerts.target`` naming one."""
+    import re  # noqa: PLC0415 - the hook's imports stay with the hook
+
+    from edgeheal.checks import registrations  # noqa: PLC0415
+    from edgeheal.config import ConfigError  # noqa: PLC0415
+
+    seen: dict[str, str] = {}
+    for reg in registrations():
+        if reg.module != "mqtt":
+            seen.update(dict.fromkeys((reg.module, *reg.names(config)), reg.module))
+    for i, target in enumerate(config.mqtt.targets):
+        key = f"mqtt.targets[{i}]"
+        if not target.name:
+            raise ConfigError(f"{key}.name", "is required")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", target.name):
+            raise ConfigError(f"{key}.name",
+                              "use letters, digits, '-', '_' and '.' (it is a URL path part)")
+        if target.name in seen:
+            raise ConfigError(f"{key}.name", f"duplicate check name {target.name!r} "
+                              f"(also {seen[target.name]})")
+        seen[target.name] = key
+        if not target.host:
+            raise ConfigError(f"{key}.host", "is required")
+        if not 0 < target.port < 65536:
+            raise ConfigError(f"{key}.port", f"expected 1-65535, got {target.port}")
+        if target.tls is False and (target.ca_file or target.cert_file or target.key_file):
+            raise ConfigError(f"{key}.tls",
+                              "ca_file/cert_file/key_file are set but tls = false")
+        if bool(target.cert_file) != bool(target.key_file):
+            raise ConfigError(f"{key}.key_file", "cert_file and key_file go together")
+        if target.keepalive < 1 or target.keepalive > 65535:
+            raise ConfigError(f"{key}.keepalive", "expected 1s to 65535s")
+        if target.password_file and not target.username and target.protocol == "3.1.1":
+            raise ConfigError(f"{key}.username",
+                              "MQTT 3.1.1 sends a password only with a user name")
+    names = [t.name for t in config.mqtt.targets]
+    if config.alerts.target and config.alerts.target not in names:
+        raise ConfigError("alerts.target", f"no [[mqtt.targets]] entry named "
+                          f"{config.alerts.target!r} ({', '.join(names) or 'none configured'})")
+
+
 register(Registration("mqtt", _factory, names=_names, doc=__doc__ or "", kinds=KINDS,
-                      alert=lambda status: ("mqtt.unreachable", "mqtt.recovered")))
+                      alert=lambda status: ("mqtt.unreachable", "mqtt.recovered"),
+                      validate=_validate))

@@ -40,7 +40,7 @@ from edgeheal.enforce import Correction, Enforcer, Outcome, Report, report_detai
 from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
 
 if TYPE_CHECKING:
-    from edgeheal.config import CheckSettings, OffloadSettings
+    from edgeheal.config import CheckSettings, Config, OffloadSettings
 
 log = logging.getLogger(__name__)
 
@@ -135,5 +135,24 @@ def _alert(status: CheckStatus) -> tuple[str, str]:
     return "check.failed", "check.recovered"
 
 
+def _validate(config: Config) -> None:
+    """``[offload]``: interface names or globs, and kernel feature names we know."""
+    import difflib  # noqa: PLC0415 - the hook's imports stay with the hook
+
+    from edgeheal.config import ConfigError  # noqa: PLC0415
+    from edgeheal.features import KERNEL_FEATURES  # noqa: PLC0415 - small, pure table
+
+    for i, pattern in enumerate(config.offload.interfaces):
+        if not pattern or "/" in pattern:
+            raise ConfigError(f"offload.interfaces[{i}]", f"not an interface name: {pattern!r}")
+    for i, name in enumerate(config.offload.features):
+        if name not in KERNEL_FEATURES:
+            near = difflib.get_close_matches(name, KERNEL_FEATURES, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            valid = ", ".join(sorted(KERNEL_FEATURES))
+            raise ConfigError(f"offload.features[{i}]",
+                              f"unknown feature {name!r}{hint}; valid names: {valid}")
+
+
 register(Registration(NAME, _factory, names=lambda config: (NAME,), doc=__doc__ or "",
-                      kinds=KINDS, alert=_alert))
+                      kinds=KINDS, alert=_alert, validate=_validate))

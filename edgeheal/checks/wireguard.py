@@ -31,13 +31,10 @@ The check's result is the worst *watched* peer (see ``watch_peers``); every peer
 or not, is listed in ``detail`` with its own reason, so a powered-off edge box elsewhere in
 Flannel's full mesh is visible but never makes this node restart its Flannel.
 
-Why the monotonic bookkeeping: the device reports the last handshake as *wall-clock* time.
-An edge box's clock steps at NTP sync (often minutes, after a cold boot years), so
-``time.time() - last_handshake`` can fake a dead tunnel or hide one. The check therefore
-notes, on ``ctx.clock``, *when the reported timestamp changed* and measures ages from
-that; the wall clock is used once, to place a handshake within the interval in which it was
-first seen (clamped into that interval, so a step moves nothing by more than one interval).
-rx/tx growth windows are kept the same way.
+The per-peer judgement (history on the monotonic clock, thresholds, reasons) is the pure
+health model in :mod:`edgeheal.wg.health`, shared with ``edgeheal diagnose``; this module
+reads the devices, chooses the watched peers, keeps the history between runs, and turns
+the peers' reasons into one result, log lines and metrics.
 """
 
 from __future__ import annotations
@@ -46,183 +43,30 @@ import asyncio
 import ipaddress
 import logging
 import socket
-import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
 from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
+from edgeheal.wg.health import REASONS, PeerHistory, classify, observe, thresholds
 from edgeheal.wg.model import (
     DeviceStats,
     NoSuchDevice,
-    PeerStats,
     PermissionDenied,
     WireGuardError,
+    endpoint_address,
     is_public_key,
 )
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from edgeheal.config import CheckSettings, WireguardSettings
+    from edgeheal.config import CheckSettings, Config, WireguardSettings
 
 log = logging.getLogger(__name__)
 
 NAME = "wireguard"
-
-# WireGuard protocol constants (wireguard-go device/constants.go, Linux messages.h).
-REKEY_AFTER_TIME = 120.0
-REJECT_AFTER_TIME = 180.0
-REKEY_TIMEOUT = 5.0
-KEEPALIVE_TIMEOUT = 10.0
-"""Passive keepalive: without persistent keepalive, a peer answers data within 10 s."""
-STALL_FACTOR = 2.5
-STALL_SLACK = 5.0
-"""Seconds added to ``STALL_FACTOR x K`` (REKEY_TIMEOUT): late timers are not a stall."""
-UNANSWERED_ATTEMPTS = 3
-"""Rekey attempts (5 s apart) that must go unanswered before ``rekey_failing``."""
-
-REASONS: Mapping[str, State] = {
-    "ok": State.OK,
-    "rekey_failing": State.DEGRADED,
-    "stalled": State.FAILED,
-    "dead": State.FAILED,
-    "never_connected": State.FAILED,
-    "connecting": State.UNKNOWN,
-    "interface_missing": State.FAILED,
-    "no_peers": State.FAILED,
-    "permission_denied": State.UNKNOWN,
-    "read_error": State.UNKNOWN,
-}
-PEER_REASONS = ("ok", "rekey_failing", "stalled", "dead", "never_connected", "connecting")
-
-
-# --- thresholds -------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    """The numbers one peer is judged by (seconds)."""
-
-    rekey_failing_after: float
-    dead_after: float
-    rx_stall_after: float | None
-    """None: the peer has no persistent keepalive, so a silent peer proves nothing."""
-    connect_grace: float
-
-
-def thresholds(settings: WireguardSettings, keepalive: int) -> Thresholds:
-    """Resolve ``"auto"`` from the protocol constants and the peer's keepalive interval.
-
-    A healthy keepalive-only tunnel rekeys on the initiator's first send after 120 s, so its
-    handshake age peaks near 120 s + K; three unanswered 5 s retries past that is
-    ``rekey_failing``. Past 180 s the session is refused, + K for the last keepalive that
-    would have proved otherwise. Both ends send at least every K, so rx flat for 2.5 x K is
-    two missed keepalives plus jitter; + REKEY_TIMEOUT of slack, because on a loaded box
-    (the test machines under a parallel suite) keepalive timers run seconds late.
-    """
-    k = float(keepalive) if keepalive > 0 else KEEPALIVE_TIMEOUT
-    rekey = settings.rekey_failing_after
-    dead = settings.dead_after
-    stall = settings.rx_stall_after
-    return Thresholds(
-        rekey_failing_after=(REKEY_AFTER_TIME + k + UNANSWERED_ATTEMPTS * REKEY_TIMEOUT
-                             if rekey == "auto" else float(rekey)),
-        dead_after=REJECT_AFTER_TIME + k if dead == "auto" else float(dead),
-        rx_stall_after=(None if keepalive <= 0
-                        else STALL_FACTOR * keepalive + STALL_SLACK if stall == "auto"
-                        else float(stall)),
-        connect_grace=settings.connect_grace,
-    )
-
-
-# --- per-peer history (pure) ------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class PeerHistory:
-    """What we remember of one peer between runs. All times are monotonic seconds."""
-
-    first_seen: float
-    last_seen: float
-    reported_handshake: float | None
-    """The device's last value (wall clock), compared only for *change*."""
-    handshake_at: float | None
-    """Monotonic estimate of the latest handshake; None = never."""
-    rx: int
-    tx: int
-    rx_grew_at: float
-    tx_at_rx_growth: int
-    tx_at_handshake: int
-    keepalive: int
-
-    def handshake_age(self, now: float) -> float | None:
-        return None if self.handshake_at is None else max(0.0, now - self.handshake_at)
-
-
-def observe(prev: PeerHistory | None, peer: PeerStats, *, now: float,
-            wall: float) -> PeerHistory:
-    """Fold one reading of a peer into its history (pure: ``now``/``wall`` are passed in)."""
-    reported = peer.last_handshake
-    if prev is None or (prev.reported_handshake is not None and reported is None):
-        # New peer, or the device was re-created (handshake back to "never"): start over.
-        return PeerHistory(
-            first_seen=now, last_seen=now, reported_handshake=reported,
-            handshake_at=None if reported is None else now - max(0.0, wall - reported),
-            rx=peer.rx_bytes, tx=peer.tx_bytes, rx_grew_at=now,
-            tx_at_rx_growth=peer.tx_bytes, tx_at_handshake=peer.tx_bytes,
-            keepalive=peer.persistent_keepalive)
-    handshake_at, tx_at_handshake = prev.handshake_at, prev.tx_at_handshake
-    if reported != prev.reported_handshake and reported is not None:
-        # A new handshake happened since the last run: place it by the wall clock but
-        # never outside (last run, now], so a clock step cannot move it further.
-        estimate = now - max(0.0, wall - reported)
-        handshake_at = min(now, max(prev.last_seen, estimate))
-        tx_at_handshake = peer.tx_bytes
-    rx_grew_at, tx_at_rx_growth = prev.rx_grew_at, prev.tx_at_rx_growth
-    if peer.rx_bytes != prev.rx or peer.tx_bytes < prev.tx:
-        # rx grew (or the counters were reset with the device): the window restarts.
-        rx_grew_at, tx_at_rx_growth = now, peer.tx_bytes
-    tx_at_handshake = min(tx_at_handshake, peer.tx_bytes)
-    return PeerHistory(
-        first_seen=prev.first_seen, last_seen=now, reported_handshake=reported,
-        handshake_at=handshake_at, rx=peer.rx_bytes, tx=peer.tx_bytes,
-        rx_grew_at=rx_grew_at, tx_at_rx_growth=tx_at_rx_growth,
-        tx_at_handshake=tx_at_handshake, keepalive=peer.persistent_keepalive)
-
-
-def classify(hist: PeerHistory, now: float, limits: Thresholds) -> tuple[str, str]:
-    """(reason, human explanation) for one peer. Pure; the table is in the module doc."""
-    age = hist.handshake_age(now)
-    if age is None:
-        waited = now - hist.first_seen
-        if waited < limits.connect_grace:
-            return "connecting", (f"no handshake yet ({waited:.0f}s of "
-                                  f"{limits.connect_grace:g}s grace)")
-        return "never_connected", f"no handshake in {waited:.0f}s since the peer appeared"
-    # Without persistent keepalive an idle peer legitimately stops handshaking: its age
-    # only means something while we are trying to send to it.
-    trying = hist.keepalive > 0 or hist.tx > hist.tx_at_handshake
-    if trying and age >= limits.dead_after:
-        return "dead", (f"last handshake {age:.0f}s ago (> {limits.dead_after:g}s): "
-                        "the session has expired")
-    silent = now - hist.rx_grew_at
-    # While a rekey is due, the initiator's handshake retries (every 5 s) re-arm its
-    # persistent-keepalive timer, so it sends no keepalives: on the responder rx goes flat
-    # although the session still works. Until the session expires, a stall that began
-    # once the rekey was due is the rekey's problem, reported by the age rules below.
-    rekeying = (hist.handshake_at is not None and age < REJECT_AFTER_TIME
-                and hist.rx_grew_at - hist.handshake_at >= REKEY_AFTER_TIME - REKEY_TIMEOUT)
-    if (limits.rx_stall_after is not None and silent >= limits.rx_stall_after
-            and hist.tx > hist.tx_at_rx_growth and not rekeying):
-        return "stalled", (f"nothing received for {silent:.0f}s while sending "
-                           f"(> {limits.rx_stall_after:g}s)")
-    if trying and age >= limits.rekey_failing_after:
-        return "rekey_failing", (
-            f"last handshake {age:.0f}s ago (> {limits.rekey_failing_after:g}s): rekey "
-            f"attempts unanswered; the session expires at {REJECT_AFTER_TIME:g}s")
-    if not trying:
-        return "ok", f"idle; last handshake {age:.0f}s ago"
-    return "ok", f"last handshake {age:.0f}s ago"
 
 
 # --- which peers matter -----------------------------------------------------------------
@@ -255,23 +99,13 @@ def route_peers(device: DeviceStats,
     return chosen
 
 
-def _endpoint_ip(endpoint: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    if not endpoint:
-        return None
-    host = endpoint.rsplit(":", 1)[0].strip("[]")
-    try:
-        return ipaddress.ip_address(host.split("%")[0])
-    except ValueError:
-        return None
-
-
 def listed_peers(device: DeviceStats, entries: Iterable[str]) -> set[str]:
     """Public keys of peers named by key, or whose endpoint address is in a listed CIDR."""
     keys = {e for e in entries if is_public_key(e)}
     nets = _networks(e for e in entries if e not in keys)
     chosen = set()
     for peer in device.peers:
-        ip = _endpoint_ip(peer.endpoint)
+        ip = endpoint_address(peer.endpoint)
         if peer.public_key in keys or (ip is not None and any(
                 ip.version == n.version and ip in n for n in nets)):
             chosen.add(peer.public_key)
@@ -322,14 +156,15 @@ class WireguardCheck:
     name = NAME
 
     def __init__(self, ctx: Context, *, reader: Reader | None = None,
-                 wall: Callable[[], float] = time.time,
+                 wall: Callable[[], float] | None = None,
                  resolve: Callable[[str], Awaitable[list[str]]] | None = None) -> None:
         self.ctx = ctx
         self._resolve = resolve or _resolve
         self.settings: CheckSettings = ctx.config.wireguard
         self._settings: WireguardSettings = ctx.config.wireguard
         self._reader = reader
-        self._wall = wall
+        # Epoch seconds, only to place a reported handshake (see edgeheal.wg.health).
+        self._wall = wall or (lambda: ctx.wall().timestamp())
         self._history: dict[tuple[str, str], PeerHistory] = {}
         self._views: tuple[PeerView, ...] = ()
         self._resolved: tuple[float, list[Any]] | None = None
@@ -552,10 +387,43 @@ def _alert(status: CheckStatus) -> tuple[str, str]:
     return "check.failed", "check.recovered"
 
 
+def _validate(config: Config) -> None:
+    """``[wireguard]``: interface names, the peers to watch, and threshold order."""
+    from edgeheal.config import ConfigError, format_duration  # noqa: PLC0415
+
+    wg = config.wireguard
+    if isinstance(wg.watch_peers, str) and wg.watch_peers != "auto":
+        raise ConfigError("wireguard.watch_peers",
+                          "expected \"auto\" or a list of public keys and/or CIDRs")
+    for i, name in enumerate(wg.interfaces):
+        if not name or len(name) > 15 or "/" in name or any(c.isspace() for c in name):
+            raise ConfigError(f"wireguard.interfaces[{i}]", f"not an interface name: {name!r}")
+    if isinstance(wg.watch_peers, tuple):
+        if not wg.watch_peers:
+            raise ConfigError("wireguard.watch_peers",
+                              "an empty list watches nothing; use \"auto\" or name peers")
+        for i, entry in enumerate(wg.watch_peers):
+            if is_public_key(entry):
+                continue
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ConfigError(f"wireguard.watch_peers[{i}]",
+                                  f"expected a base64 public key (44 characters) or an "
+                                  f"endpoint CIDR, got {entry!r}") from None
+    for key in ("rekey_failing_after", "dead_after", "rx_stall_after", "connect_grace"):
+        value = getattr(wg, key)
+        if isinstance(value, float) and value <= 0:
+            raise ConfigError(f"wireguard.{key}", "must be greater than zero")
+    if (isinstance(wg.rekey_failing_after, float) and isinstance(wg.dead_after, float)
+            and wg.rekey_failing_after >= wg.dead_after):
+        raise ConfigError("wireguard.rekey_failing_after",
+                          f"must be less than dead_after ({format_duration(wg.dead_after)})")
+
+
 checks.register(checks.Registration(
     NAME, factory, names=lambda config: (NAME,) if config.wireguard.interfaces else (),
-    doc=__doc__ or "", kinds=KINDS, alert=_alert))
+    doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=_validate))
 
-__all__ = ["REASONS", "PeerHistory", "Thresholds", "WireguardCheck", "classify", "observe",
-           "route_peers", "thresholds"]
+__all__ = ["KINDS", "NAME", "PeerView", "WireguardCheck", "listed_peers", "route_peers"]
 

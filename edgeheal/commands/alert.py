@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from edgeheal import control  # noqa: PLC0415
-    from edgeheal.config import load  # noqa: PLC0415
+    from edgeheal.validation import load  # noqa: PLC0415
 
     config = load(getattr(args, "config", None))
     try:

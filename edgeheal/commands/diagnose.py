@@ -2,7 +2,8 @@
 
 Captures the tunnel's WireGuard UDP on the uplink for N seconds, reads the UDP checksum
 counters, the uplink's TX checksum offload and the tunnel's peers, and prints a verdict in
-plain words with the evidence (:mod:`edgeheal.diagnose`; scapy is imported only there).
+plain words with the evidence (:mod:`edgeheal.diagnose`; scapy is imported only by its
+capture).
 
 Exit codes: 0 the tunnel is healthy; 1 a problem was found (or nothing could be observed);
 2 usage or configuration error (also: no uplink found, pass ``--interface``); 3 scapy is not
@@ -49,7 +50,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from edgeheal import diagnose  # noqa: PLC0415
-    from edgeheal.config import load  # noqa: PLC0415
+    from edgeheal.validation import load  # noqa: PLC0415
 
     config = load(getattr(args, "config", None))
     try:

@@ -34,9 +34,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.config import load  # noqa: PLC0415
     from edgeheal.enforce import apply  # noqa: PLC0415
     from edgeheal.ethtool import Ethtool, EthtoolError  # noqa: PLC0415
+    from edgeheal.validation import load  # noqa: PLC0415
 
     config = load(getattr(args, "config", None))
     settings = config.offload

@@ -56,8 +56,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.config import format_duration, load, parse_duration  # noqa: PLC0415
+    from edgeheal.config import format_duration, parse_duration  # noqa: PLC0415
     from edgeheal.control import ControlError, call  # noqa: PLC0415
+    from edgeheal.validation import load  # noqa: PLC0415
 
     config = load(getattr(args, "config", None))
     command = args.remediation_command

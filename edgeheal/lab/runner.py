@@ -83,11 +83,6 @@ class Lab:
 
     # --- observing -----------------------------------------------------------------------
 
-    async def observe_forever(self, period: float = 1.0) -> None:
-        while True:
-            await asyncio.to_thread(self.observe_once)
-            await asyncio.sleep(period)
-
     def observe_once(self) -> None:
         for edge in self.world.edges:
             self._observe_edge(edge)

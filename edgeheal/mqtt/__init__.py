@@ -30,8 +30,12 @@ reason             state   meaning
 The password is read from ``password_file`` at each connect, passed to paho, and never
 logged, shown or kept in an error message.
 
-Public API: :func:`probe` (one CONNECT/CONNACK/DISCONNECT), :class:`ProbeResult`,
-:class:`MqttError`, and :class:`edgeheal.mqtt.link.Link` (the kept-open connection).
+Modules: :mod:`~edgeheal.mqtt.transport` (resolve, TCP, TLS and its session resumption;
+no paho), :mod:`~edgeheal.mqtt.client` (the paho-driven session over that socket, and the
+probe), :mod:`~edgeheal.mqtt.link` (the kept-open alert connection). Public API:
+:func:`probe` (one CONNECT/CONNACK/DISCONNECT), :class:`ProbeResult`, :class:`MqttError`,
+:class:`edgeheal.mqtt.transport.TlsResumption` and :class:`edgeheal.mqtt.link.Link`. paho
+is imported only when a connection is made.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgeheal.config import MqttTarget
+    from edgeheal.mqtt.transport import TlsResumption
 
 REASONS = ("ok", "refused", "tls_error", "timeout", "unreachable", "protocol_error",
            "config_error")
@@ -76,13 +81,14 @@ class ProbeResult:
 
 
 async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
-                ) -> ProbeResult:
+                resume: TlsResumption | None = None) -> ProbeResult:
     """One CONNECT answered by CONNACK, then a clean DISCONNECT, under one hard deadline.
 
     The deadline is ``limit`` seconds or, by default, a little less than ``target.timeout`` (so
-    the probe, not the supervisor's own timeout, reports a ``timeout``). Never raises for
-    anything the network or the peer does; see :data:`REASONS`.
+    the probe, not the supervisor's own timeout, reports a ``timeout``). With ``resume`` a
+    TLS probe resumes the session of the previous one (and keeps this one's). Never raises
+    for anything the network or the peer does; see :data:`REASONS`.
     """
-    from edgeheal.mqtt.connection import probe as _probe  # noqa: PLC0415 - paho on demand
+    from edgeheal.mqtt.client import probe as _probe  # noqa: PLC0415 - paho on demand
 
-    return await _probe(target, node, limit=limit)
+    return await _probe(target, node, limit=limit, resume=resume)

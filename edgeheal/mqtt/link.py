@@ -16,8 +16,10 @@ two keepalive periods, with no extra CONNECTs. The mqtt check of the alert targe
   queue is never relied on (each connection is a fresh clean session), durability is the
   caller's outbox.
 
-:func:`shared` hands the same :class:`Link` to the mqtt check and the alert engine of one
-agent (keyed by the agent's metrics registry).
+One link per agent, built once: the agent makes it with :func:`for_alerts` before it
+builds the checks and hands the same object to the mqtt check (``Context.alert_link``,
+which only reads :attr:`Link.state`) and to the alert engine (which runs, uses and closes
+it). Nothing here is global, so two agents in one process (the tests) never share one.
 """
 
 from __future__ import annotations
@@ -27,16 +29,15 @@ import contextlib
 import logging
 import random
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgeheal.mqtt import MqttError
 
 if TYPE_CHECKING:
-    from edgeheal.config import MqttTarget
-    from edgeheal.mqtt.connection import Connection
+    from edgeheal.config import Config, MqttTarget
+    from edgeheal.mqtt.client import Connection
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,10 @@ class LinkState:
 class Link:
     """One broker connection, kept open and re-made with backoff by :meth:`run`."""
 
-    def __init__(self, target: MqttTarget, node: str, *, will: Callable[[], tuple[str, bytes]]
-                 | None = None, min_delay: float = 1.0, max_delay: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic,
+    def __init__(self, target: MqttTarget, node: str, *, min_delay: float = 1.0,
+                 max_delay: float = 60.0, clock: Callable[[], float] = time.monotonic,
                  rng: random.Random | None = None) -> None:
         self.target, self.node = target, node
-        self.will = will
         self.min_delay, self.max_delay = min_delay, max_delay
         self.clock = clock
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
@@ -77,7 +76,7 @@ class Link:
         self._conn: Connection | None = None
         self._changed = asyncio.Event()
         self._closing = False
-        self.on_state: Callable[[LinkState], None] | None = None
+        self._on_state: Callable[[LinkState], None] | None = None
 
     @property
     def connected(self) -> bool:
@@ -100,8 +99,8 @@ class Link:
             level = logging.INFO if state.up else logging.WARNING
             log.log(level, "mqtt link %s: %s: %s", self.target.name, state.reason,
                     state.message, extra={"check": self.target.name})
-        if self.on_state is not None:
-            self.on_state(state)
+        if self._on_state is not None:
+            self._on_state(state)
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -112,25 +111,23 @@ class Link:
         while not self.connected:
             await self.wait_change()
 
-    async def wait_down(self) -> None:
-        conn = self._conn
-        if conn is None or not self.connected:
-            return
-        await asyncio.shield(conn.closed)
-
-    async def run(self) -> None:
+    async def run(self, *, will: Callable[[], tuple[str, bytes]] | None = None,
+                  on_state: Callable[[LinkState], None] | None = None) -> None:
         """Connect, stay connected, reconnect with backoff; runs until cancelled.
 
-        Cancelling leaves the current connection open so :meth:`close` can still say
-        ``offline`` on it; :meth:`close` (or :meth:`abort`) always ends it.
+        ``will()`` gives the (topic, payload) registered with each CONNECT (retained, QoS 1);
+        ``on_state`` is called on every state change from now on. Cancelling leaves the
+        current connection open so :meth:`close` can still say ``offline`` on it;
+        :meth:`close` (or :meth:`abort`) always ends it.
         """
-        from edgeheal.mqtt.connection import Connection  # noqa: PLC0415 - paho on demand
+        from edgeheal.mqtt.client import Connection  # noqa: PLC0415 - paho on demand
 
+        self._on_state = on_state
         attempt = 0
         while not self._closing:
             attempt += 1
             conn = Connection(self.target, self.node, keepalive=self.target.keepalive,
-                              will=self.will() if self.will else None)
+                              will=will() if will else None)
             try:
                 async with asyncio.timeout(self.target.timeout):
                     rtt = await conn.connect()
@@ -214,17 +211,11 @@ class Link:
             self._conn = None
 
 
-_SHARED: weakref.WeakKeyDictionary[Any, dict[str, Link]] = weakref.WeakKeyDictionary()
-
-
-def shared(owner: Any, target: MqttTarget, node: str, **kw: Any) -> Link:
-    """The one :class:`Link` of ``target`` for this agent (``owner``: its registry)."""
-    links = _SHARED.setdefault(owner, {})
-    link = links.get(target.name)
-    if link is None:
-        link = links[target.name] = Link(target, node, **kw)
-    return link
-
-
-def existing(owner: Any, name: str) -> Link | None:
-    return _SHARED.get(owner, {}).get(name)
+def for_alerts(config: Config, *, clock: Callable[[], float] = time.monotonic) -> Link | None:
+    """The link to ``[alerts] target`` (None without one), backing off up to
+    ``[alerts] reconnect_max``; the agent builds it once and hands it on."""
+    name = config.alerts.target
+    if not name:
+        return None
+    target = next(t for t in config.mqtt.targets if t.name == name)
+    return Link(target, config.node, max_delay=config.alerts.reconnect_max, clock=clock)

@@ -1,16 +1,38 @@
-"""Remedies: actors that restart Flannel, one module per way of doing it.
+"""Remedies: actors that restart Flannel, one module per way of doing it, one registry.
 
 The pure policy (:mod:`edgeheal.policy`) decides *whether* to act; a remedy only knows
 *how*: ``pod`` deletes this node's Flannel pod through the Kubernetes API, ``k3s-service``
 restarts the k3s/k3s-agent unit over systemd's D-Bus API. Each boundary error is turned
 into :class:`RemedyError` with ``config_problem=True`` when a human must fix permissions or
 settings (401/403, polkit denial) rather than wait for a retry.
+
+Why a registry (like :mod:`edgeheal.checks`): the layers above — the remediation actor,
+config validation, the docs — must not list remedy modes. Each remedy module ends with one
+:func:`register` call giving its mode name, its factory, how long one of its restarts may
+take, whether it can exist in a configuration at all (``pod`` needs ``[kubernetes]``), a doc
+line and its own settings rules. Whether it can act *on this node* is the remedy's
+``probe()``, asked at run time. :data:`BUILTIN` is also ``mode = "auto"``'s probe order.
+Adding a remedy = one module here that registers itself, its name in :data:`BUILTIN`, its
+test and its rows in ``docs/remediation.md`` and ``docs/configuration.md``.
+
+The modules import their heavy dependencies (dbus-fast, lightkube) only when a remedy
+acts, so loading the registry (as config validation does) costs no memory.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from edgeheal.config import Config
+    from edgeheal.kube import KubeClient
+
+BUILTIN = ("pod", "k3s_service")
+"""Remedy modules, in ``mode = "auto"``'s probe order: a Flannel pod on this node is the
+surer sign (DaemonSet Flannel), a K3s unit exists on every K3s node."""
 
 
 class RemedyError(Exception):
@@ -38,7 +60,7 @@ class Outcome:
 
 class Remedy(Protocol):
     mode: str
-    """``pod`` or ``k3s-service``."""
+    """The registered mode name (``pod``, ``k3s-service``)."""
 
     async def probe(self) -> Availability:
         """Can this remedy act on this node? (used by ``mode = "auto"``)"""
@@ -48,3 +70,93 @@ class Remedy(Protocol):
         """Restart Flannel and return once the replacement is up (pod Ready / unit
         active), or raise :class:`RemedyError`. Tunnel recovery is verified by the caller."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Needs:
+    """What a remedy factory gets: the settings and the agent's shared connections."""
+
+    config: Config
+    kube: Callable[[], KubeClient]
+    """The one Kubernetes client of the agent (also used for Node Events and the Node
+    condition), made on the first call; call it only when ``[kubernetes]`` is configured."""
+
+
+Factory = Callable[[Needs], Remedy]
+Validator = Callable[["Config"], None]
+"""A remedy's own settings rules. Raises :class:`~edgeheal.config.ConfigError` naming the
+key path, never a secret value."""
+
+
+def _no_rules(config: Config) -> None:
+    return None
+
+
+def _always(config: Config) -> str:
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class RemedyRegistration:
+    """Everything the layers above need to know about one remedy module."""
+
+    mode: str
+    """The ``remediation.mode`` value that selects it (``k3s-service``)."""
+    module: str
+    """The module's name under ``edgeheal.remedies`` (``k3s_service``)."""
+    factory: Factory
+    restart_bound: Callable[[Config], float]
+    """The remedy's own limit on one restart, seconds (its ready/job timeout). The actor
+    adds a margin for the calls around it and abandons a restart that overruns both."""
+    unavailable: Callable[[Config], str] = _always
+    """Why this remedy cannot exist in this configuration (``not configured``), or ``""``.
+    Availability on this node is ``probe()``'s business, not this."""
+    doc: str = ""
+    """One line for ``docs/remediation.md``'s table of remedies."""
+    settings: str = ""
+    """Its own settings section (``remediation.pod``): documented in
+    ``docs/configuration.md``, checked by :attr:`validate`."""
+    validate: Validator = _no_rules
+
+
+_REGISTRY: dict[str, RemedyRegistration] = {}
+
+
+def register(registration: RemedyRegistration) -> None:
+    """Register a remedy module (called once, at the bottom of the module)."""
+    _REGISTRY[registration.module] = registration
+
+
+def registrations() -> list[RemedyRegistration]:
+    """Every registered remedy, in :data:`BUILTIN` (probe) order. A module missing from a
+    trimmed install is left out, not an error."""
+    for name in BUILTIN:
+        try:
+            importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"{__name__}.{name}":
+                raise
+    return [_REGISTRY[name] for name in BUILTIN if name in _REGISTRY]
+
+
+def modes() -> tuple[str, ...]:
+    """The registered mode names, in probe order."""
+    return tuple(reg.mode for reg in registrations())
+
+
+def by_mode(mode: str) -> RemedyRegistration | None:
+    return next((reg for reg in registrations() if reg.mode == mode), None)
+
+
+def validate(config: Config) -> None:
+    """``remediation.mode`` names a registered remedy (or ``auto``/``none``), and every
+    registered remedy's own settings rules hold."""
+    from edgeheal.config import ConfigError  # noqa: PLC0415 - config loading calls this
+
+    mode = config.remediation.mode
+    choices = ("auto", *modes(), "none")
+    if mode not in choices:
+        raise ConfigError("remediation.mode", "expected " + " or ".join(map(repr, choices))
+                          + f", got {mode!r}")
+    for reg in registrations():
+        reg.validate(config)

@@ -34,6 +34,10 @@ The bus is the system bus (``$DBUS_SYSTEM_BUS_ADDRESS`` or
 ``unix:path=/run/dbus/system_bus_socket``; tests pass their own address). One connection
 per probe or restart: remedies are rare, and a fresh connection survives a restarted
 dbus-daemon. dbus-fast is imported only here, only when used.
+
+Registered (at the bottom) as mode ``k3s-service``: it owns the ``[remediation.service]``
+rules (only a K3s unit, :data:`K3S_UNIT_PATTERN`), and one restart may take
+``[remediation.service] timeout``.
 """
 
 from __future__ import annotations
@@ -42,17 +46,26 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgeheal.config import ServiceSettings
-from edgeheal.remedies import Availability, Outcome, RemedyError
+from edgeheal.remedies import (
+    Availability,
+    Needs,
+    Outcome,
+    RemedyError,
+    RemedyRegistration,
+    register,
+)
 
 if TYPE_CHECKING:
     from dbus_fast import Message
     from dbus_fast.aio import MessageBus
+
+    from edgeheal.config import Config, ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +74,10 @@ BUS_ENV = "DBUS_SYSTEM_BUS_ADDRESS"
 AUTO_UNITS = ("k3s-agent.service", "k3s.service")
 """What ``unit = "auto"`` looks for: an agent's unit first, then a server's."""
 POLKIT_RULE = "/etc/polkit-1/rules.d/50-edgeheal-k3s-restart.rules"
+MODE = "k3s-service"
+K3S_UNIT_PATTERN = re.compile(r"k3s[A-Za-z0-9:_.\\-]{0,200}\.service")
+"""The units this remedy may restart: K3s's own (`k3s`, `k3s-agent`,
+`k3s-<INSTALL_K3S_NAME>`), never an arbitrary unit."""
 
 SYSTEMD = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"
@@ -154,7 +171,7 @@ def _short(text: str, limit: int = 300) -> str:
 class K3sServiceRemedy:
     """Restarts the K3s unit over systemd's D-Bus API (see the module docstring)."""
 
-    mode = "k3s-service"
+    mode = MODE
 
     def __init__(self, settings: ServiceSettings, *, bus_address: str | None = None) -> None:
         self.settings = settings
@@ -349,3 +366,32 @@ class K3sServiceRemedy:
         if err.name == NO_SUCH_UNIT:
             return RemedyError(f"systemd has no unit {unit}: {err}", config_problem=True)
         return RemedyError(f"D-Bus call for {unit} failed: {err}")
+
+
+# --- registration -------------------------------------------------------------------------
+
+def _build(needs: Needs) -> K3sServiceRemedy:
+    return K3sServiceRemedy(needs.config.remediation.service)
+
+
+def _restart_bound(config: Config) -> float:
+    return config.remediation.service.timeout
+
+
+def _validate(config: Config) -> None:
+    from edgeheal.config import ConfigError  # noqa: PLC0415 - config loading calls this
+
+    service, key = config.remediation.service, "remediation.service"
+    if service.unit != "auto" and not K3S_UNIT_PATTERN.fullmatch(service.unit):
+        raise ConfigError(f"{key}.unit",
+                          f"expected \"auto\" or a K3s service unit such as "
+                          f"\"k3s-agent.service\" or \"k3s.service\", got {service.unit!r}")
+    if service.timeout <= 0:
+        raise ConfigError(f"{key}.timeout", "must be greater than zero")
+
+
+register(RemedyRegistration(
+    mode=MODE, module="k3s_service", factory=_build, restart_bound=_restart_bound,
+    settings="remediation.service", validate=_validate,
+    doc="Restarts the `k3s`/`k3s-agent` unit over systemd's D-Bus API (embedded Flannel); "
+        "the workload containers keep running."))

@@ -12,24 +12,39 @@ checks node and uid again and deletes with ``preconditions.uid``. Then the remed
 (watch, re-list on interruption) for a pod with a *different* uid on this node to be Running
 and Ready within ``[remediation.pod] ready_timeout``. Tunnel recovery is the caller's to
 verify. 401/403 become :class:`RemedyError` with ``config_problem=True``.
+
+Registered (at the bottom) as mode ``pod``: it exists only with ``[kubernetes]``, owns the
+``[remediation.pod]`` rules, and one restart may take ``ready_timeout`` (plus the actor's
+margin for the API calls around the wait).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from edgeheal.kube import KubeConflict, KubeError, KubeNotFound, KubePermissionError
-from edgeheal.remedies import Availability, Outcome, RemedyError
+from edgeheal.remedies import (
+    Availability,
+    Needs,
+    Outcome,
+    RemedyError,
+    RemedyRegistration,
+    register,
+)
 
 if TYPE_CHECKING:
-    from edgeheal.config import PodRemedySettings
+    from edgeheal.config import Config, PodRemedySettings
     from edgeheal.kube import KubeClient, Pod
+
+MODE = "pod"
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class PodRemedy:
-    mode = "pod"
+    mode = MODE
 
     def __init__(self, kube: KubeClient, settings: PodRemedySettings, *, node: str,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -85,3 +100,41 @@ class PodRemedy:
         return Outcome(target=f"pod {pod.ref}",
                        detail=f"replaced by {new.name} (Ready after "
                               f"{self.clock() - began:.1f}s)")
+
+
+# --- registration -------------------------------------------------------------------------
+
+def _build(needs: Needs) -> PodRemedy:
+    return PodRemedy(needs.kube(), needs.config.remediation.pod, node=needs.config.node)
+
+
+def _unavailable(config: Config) -> str:
+    return "" if config.kubernetes is not None else "not configured"
+
+
+def _restart_bound(config: Config) -> float:
+    return config.remediation.pod.ready_timeout
+
+
+def _validate(config: Config) -> None:
+    from edgeheal.config import ConfigError  # noqa: PLC0415 - config loading calls this
+
+    pod = config.remediation.pod
+    if pod.ready_timeout <= 0:
+        raise ConfigError("remediation.pod.ready_timeout", "must be greater than zero")
+    if not NAMESPACE_NAME.fullmatch(pod.namespace):
+        raise ConfigError("remediation.pod.namespace",
+                          f"not a Kubernetes namespace name: {pod.namespace!r}")
+    if not pod.label_selector.strip():
+        raise ConfigError("remediation.pod.label_selector",
+                          "is required (it selects Flannel's pods, e.g. \"app=flannel\")")
+    if config.remediation.mode == MODE and config.kubernetes is None:
+        raise ConfigError("remediation.mode",
+                          "\"pod\" needs a [kubernetes] section (kubeconfig or in-cluster)")
+
+
+register(RemedyRegistration(
+    mode=MODE, module="pod", factory=_build, restart_bound=_restart_bound,
+    unavailable=_unavailable, settings="remediation.pod", validate=_validate,
+    doc="Deletes this node's Flannel pod through the Kubernetes API and waits for the "
+        "DaemonSet's replacement to be Ready (DaemonSet Flannel; needs `[kubernetes]`)."))

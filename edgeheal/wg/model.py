@@ -1,4 +1,4 @@
-"""What a WireGuard reader returns, and the errors it raises.
+"""What a WireGuard reader returns, the errors it raises, and the protocol's facts.
 
 The readers sit at a boundary (a unix socket, generic netlink); everything above them sees
 only these frozen values. There is deliberately no field for a private or preshared key:
@@ -8,16 +8,34 @@ metric or exception can carry one.
 ``last_handshake`` is the *wall-clock* time the device reports (seconds since the epoch)
 or ``None`` for "never" (the protocol encodes never as 0; it is not 1970). Because it is
 wall-clock, the check does not compute ages from it directly; see
-:mod:`edgeheal.checks.wireguard` for the monotonic bookkeeping.
+:mod:`edgeheal.wg.health` for the monotonic bookkeeping.
+
+The protocol constants, the endpoint text form and the public-key test are written here
+once: the readers, the health model, the check, ``diagnose`` and the settings rules all
+need them, and two copies of "180 s" or of "``[v6]:port``" drift apart.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 from dataclasses import dataclass
 
 KEY_LEN = 32
+"""Bytes in a Curve25519 key (44 characters of base64)."""
+
+# Protocol timers (wireguard-go device/constants.go, Linux drivers/net/wireguard/messages.h).
+REKEY_AFTER_TIME = 120.0
+"""Seconds after a handshake at which the initiator starts a new one on its next send."""
+REJECT_AFTER_TIME = 180.0
+"""Seconds after which a session is refused by both ends: the tunnel carries nothing."""
+REKEY_TIMEOUT = 5.0
+"""Seconds between retries of an unanswered handshake initiation."""
+KEEPALIVE_TIMEOUT = 10.0
+"""Passive keepalive: without persistent keepalive, a peer answers data within 10 s."""
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class WireGuardError(Exception):
@@ -62,6 +80,40 @@ def is_public_key(value: str) -> bool:
         return len(base64.b64decode(value, validate=True)) == KEY_LEN
     except (binascii.Error, ValueError):
         return False
+
+
+# --- endpoints: "host:port", "[v6]:port" -------------------------------------------------
+
+def format_endpoint(host: str, port: int) -> str:
+    """``ip:port``, with an IPv6 address in brackets (as ``wg`` and the UAPI write it)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def endpoint_host(endpoint: str) -> str:
+    """The host part of an endpoint, brackets removed (``[fe80::1%eth0]:51820`` ->
+    ``fe80::1%eth0``)."""
+    return endpoint.rsplit(":", 1)[0].strip("[]")
+
+
+def endpoint_address(endpoint: str | None) -> IPAddress | None:
+    """The endpoint's IP address (zone index dropped); None if absent or not an address."""
+    if not endpoint:
+        return None
+    try:
+        return ipaddress.ip_address(endpoint_host(endpoint).split("%")[0])
+    except ValueError:
+        return None
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """One spelling per endpoint (compressed IPv6, brackets), so the device's view and the
+    wire's can be compared; text that is not ``address:port`` is returned unchanged."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        host = str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return endpoint
+    return format_endpoint(host, int(port)) if port.isdigit() else endpoint
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from edgeheal.wg.model import (
     PermissionDenied,
     ProtocolError,
     WireGuardError,
+    format_endpoint,
 )
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ def _endpoint(ep: Any) -> str | None:
     addr, port = ep["addr"], int(ep["port"])
     if addr in ("0.0.0.0", "::") and port == 0:  # noqa: S104 - "no endpoint", not a bind
         return None
-    return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+    return format_endpoint(addr, port)
 
 
 def _allowed_ip(ifname: str, attr: Any) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import config
+from edgeheal import config, validation
 from edgeheal.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,11 +43,20 @@ ROOT = Path(__file__).resolve().parents[2]
      "mqtt.targets[0].interval", "duration"),
     ('[alerts]\ntarget = "nope"', "alerts.target", "no [[mqtt.targets]] entry named 'nope'"),
     ("[agent\n", "", "not valid TOML"),
+    ('[[mqtt.targets]]\nname = "a"\nhost = "h"\n[[mqtt.targets]]\nname = "b"\nhost = "h"\n'
+     'timeout = 0', "mqtt.targets[1].timeout", "greater than zero"),
+    ("[offload]\nrecover_after = 0", "offload.recover_after", "at least 1"),
+    ('[offload]\ninterfaces = ["a/b"]', "offload.interfaces[0]", "not an interface name"),
+    ('[[mqtt.targets]]\nname = "a"\nhost = "h"\ncert_file = "/c"\ntls = true',
+     "mqtt.targets[0].key_file", "go together"),
+    ('[remediation]\ncooldown = "-1s"', "remediation.cooldown", "expected a duration"),
+    ("[remediation]\nmax_per_hour = 0", "remediation.max_per_hour", "at least 1"),
+    ('[kubernetes]\nkubeconfig = "kube.yaml"', "kubernetes.kubeconfig", "absolute path"),
 ])
 def test_bad_input_names_the_key_and_what_was_expected(text: str, key: str,
                                                        fragment: str) -> None:
     with pytest.raises(ConfigError) as caught:
-        config.loads(text, source="/etc/edgeheal/edgeheal.toml")
+        validation.loads(text, source="/etc/edgeheal/edgeheal.toml")
     assert caught.value.key == key
     assert fragment in str(caught.value)
     assert str(caught.value).startswith("/etc/edgeheal/edgeheal.toml: ")
@@ -69,7 +78,7 @@ def test_defaults_are_complete_and_valid() -> None:
 
 
 def test_the_example_config_is_valid() -> None:
-    cfg = config.load(ROOT / "edgeheal.example.toml")
+    cfg = validation.load(ROOT / "edgeheal.example.toml")
     assert cfg.mqtt.targets
 
 
@@ -123,3 +132,35 @@ def test_the_configuration_reference_documents_every_key() -> None:
     missing = [key for key, _, _ in config.reference() if f"`{key}`" not in text]
     assert not missing, f"docs/configuration.md lacks {missing}; run " \
         "`edgeheal check-config --reference > docs/configuration.md`"
+
+
+def test_every_check_section_gets_the_common_rules_found_by_type_not_by_name() -> None:
+    toml = ('[[mqtt.targets]]\nname = "a"\nhost = "h"\n[[mqtt.targets]]\nname = "b"\n'
+            'host = "h"\n')
+    assert [key for key, _ in config.check_sections(config.loads(toml))] == [
+        "offload", "wireguard", "mqtt.targets[0]", "mqtt.targets[1]"]
+
+
+def test_the_config_package_alone_applies_only_the_generic_rules() -> None:
+    text = '[[mqtt.targets]]\nname = "a"\nhost = "h"\nport = 0\n'
+    assert config.loads(text).mqtt.targets[0].port == 0  # the MQTT check's rule, not ours
+    with pytest.raises(ConfigError) as caught:
+        validation.loads(text, source="edge.toml")
+    assert str(caught.value) == "edge.toml: mqtt.targets[0].port: expected 1-65535, got 0"
+
+
+def test_a_hook_error_names_the_file_when_loaded_from_disk(tmp_path: Path) -> None:
+    bad = tmp_path / "edge.toml"
+    bad.write_text('[wireguard]\nwatch_peers = []\n')
+    with pytest.raises(ConfigError) as caught:
+        validation.load(bad)
+    assert str(caught.value).startswith(f"{bad}: wireguard.watch_peers: ")
+
+
+def test_check_config_reports_a_check_rule_with_the_file_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[offload]\nfeatures = ["tx-checksuming"]\n')
+    proc = subprocess.run([sys.executable, "-m", "edgeheal", "check-config", "--config",
+                           str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert f"{bad}: offload.features[0]: unknown feature 'tx-checksuming'" in proc.stderr

@@ -1,11 +1,12 @@
-"""Helpers: a Context for the engine, snapshots built by hand, a clock to move."""
+"""Helpers: a Context for the engine (with the agent's alert link), snapshots by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from prometheus_client import CollectorRegistry
 
 from edgeheal import config
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
+from edgeheal.mqtt.link import Link, for_alerts
+from tests.support import Clock, context
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -25,40 +28,27 @@ def validate(instance: Any, schema: str) -> None:
 
 
 @dataclass
-class Clock:
-    now: float = 1000.0
-    wall0: datetime = field(default_factory=lambda: datetime(2026, 12, 2, 20, 0, tzinfo=UTC))
-
-    def __call__(self) -> float:
-        return self.now
-
-    def wall(self) -> datetime:
-        return self.wall0 + timedelta(seconds=self.now - 1000.0)
-
-
-@dataclass
 class Harness:
     ctx: Context
     clock: Clock
     handlers: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]]
     events: list[Event]
+    link: Link | None
+    """The connection to ``[alerts] target``, built as the agent builds it (also
+    ``ctx.alert_link``); hand it to the engine: ``AlertEngine(h.ctx, link=h.link)``."""
 
 
 def harness(tmp_path: Path, toml: str = "", *, clock: Clock | None = None,
             registry: CollectorRegistry | None = None,
             control: Callable[[str, Callable[[Mapping[str, Any]], Awaitable[Any]]], None]
             | None = None) -> Harness:
-    clock = clock or Clock()
     cfg = config.loads(f'[agent]\nstate_dir = "{tmp_path}/state"\nnode_name = "edge-7"\n'
                        f"{toml}")
-    handlers: dict[str, Callable[[Mapping[str, Any]], Awaitable[Any]]] = {}
-    events: list[Event] = []
-    empty = Snapshot(node="edge-7", checks={}, started_mono=0.0, taken_mono=0.0)
-    ctx = Context(config=cfg, registry=registry or CollectorRegistry(), clock=clock,
-                  wall=clock.wall,
-                  snapshot=lambda: empty, emit=events.append,
-                  control=control or handlers.__setitem__)
-    return Harness(ctx, clock, handlers, events)
+    base = context(config=cfg, clock=clock, registry=registry)
+    link = for_alerts(cfg, clock=base.clock)
+    ctx = dataclasses.replace(base.ctx, alert_link=link,
+                              control=control or base.handlers.__setitem__)
+    return Harness(ctx, base.clock, base.handlers, base.events, link)
 
 
 def status(name: str, state: State, reason: str = "", *, required: bool = True,

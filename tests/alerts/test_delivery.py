@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from edgeheal.alerts import engine as engine_mod
 from edgeheal.alerts.engine import AlertEngine
 from edgeheal.checks import mqtt as mqtt_check
 from edgeheal.lab.mosquitto import Mosquitto
 from edgeheal.lab.netns import Sandbox
 from edgeheal.model import State
 from tests.alerts.support import Harness, harness, snapshot, status, validate
+from tests.support import until
 
 pytestmark = pytest.mark.netns
 
@@ -51,16 +50,6 @@ def messages(path: Path, topic_suffix: str) -> list[dict[str, Any]]:
     return out
 
 
-async def until(predicate: Callable[[], bool], within: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds; fail after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"condition not met within {within:g}s")
-
-
 class Running:
     def __init__(self, h: Harness, engine: AlertEngine, task: asyncio.Task[None]) -> None:
         self.h, self.engine, self.task = h, engine, task
@@ -84,8 +73,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Callable[[str], Running]]:
 
     def _start(toml: str) -> Running:
         h = harness(tmp_path, toml)
-        engine = engine_mod.build(h.ctx)
-        engine.wall = h.clock.wall
+        engine = AlertEngine(h.ctx, link=h.link)
         task = asyncio.create_task(engine.serve(), name="edgeheal.alerts")
         running.append(Running(h, engine, task))
         return running[-1]
@@ -130,9 +118,9 @@ async def test_alerts_raised_while_the_broker_is_down_arrive_in_order_after_it_r
     assert run.engine.outbox.depth() == 31
     link = run.engine.link
     assert link is not None
-    await until(lambda: link.state.reason == "unreachable", 5)
+    await until(lambda: link.state.reason == "unreachable", within=5)
     broker.start()  # the persistent subscriber reconnects by itself
-    await until(lambda: len(messages(out, "/alerts")) >= 31, 20)
+    await until(lambda: len(messages(out, "/alerts")) >= 31, within=20)
     got = [m["id"] for m in messages(out, "/alerts") if m["kind"] == "agent.test"]
     assert list(dict.fromkeys(got)) == ids  # all, in order (duplicates only on lost PUBACK)
     await until(lambda: run.engine.outbox.depth() == 0)
@@ -192,7 +180,7 @@ async def test_the_alert_targets_check_reads_the_kept_open_connection(
     assert run.h.ctx.registry.get_sample_value(
         "edgeheal_mqtt_up", {"target": "broker-direct", "path": "direct"}) == 1
     broker.kill()
-    await until(lambda: not run.engine.link.connected, 10)  # type: ignore[union-attr]
+    await until(lambda: not run.engine.link.connected, within=10)  # type: ignore[union-attr]
     result = await check.run()
     assert result.state is State.FAILED
     assert result.reason in ("unreachable", "timeout")
@@ -216,4 +204,4 @@ async def test_a_crashed_drain_drops_its_connection_before_the_supervisor_restar
         await asyncio.wait_for(run.task, 5)
     assert not link.connected
     await until(lambda: broker.log().count("disconnected") + broker.log().count(
-        "closed its connection") >= 1, 5)
+        "closed its connection") >= 1, within=5)

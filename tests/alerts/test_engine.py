@@ -14,13 +14,14 @@ from edgeheal.alerts.engine import AlertEngine
 from edgeheal.alerts.kinds import KINDS
 from edgeheal.alerts.payload import Alert, UlidFactory, build, ulid_time_ms
 from edgeheal.model import Event, State
-from tests.alerts.support import Clock, Harness, harness, snapshot, status, validate
+from tests.alerts.support import Harness, harness, snapshot, status, validate
+from tests.support import Clock
 
 REMIND = 'reminder_interval = "10m"'
 
 
 def _engine(h: Harness) -> AlertEngine:
-    return AlertEngine(h.ctx)
+    return AlertEngine(h.ctx, link=h.link)
 
 
 def _alerts(engine: AlertEngine) -> list[Alert]:
@@ -255,7 +256,9 @@ async def test_the_age_bound_drops_old_alerts_and_says_so(tmp_path: Path) -> Non
 async def test_without_a_target_alerts_are_kept_and_logged(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("INFO")
-    engine = engine_mod.build(harness(tmp_path).ctx)
+    h = harness(tmp_path)
+    assert h.link is None
+    engine = _engine(h)
     assert engine.link is None
     engine.event(Event("offload.drift_corrected", "drift on wwan0"))
     assert "alert offload.drift_corrected" in caplog.text

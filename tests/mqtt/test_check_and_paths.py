@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import config
+from edgeheal import config, validation
 from edgeheal.checks import mqtt as mqtt_check
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from edgeheal.model import State
@@ -73,15 +73,15 @@ def test_no_mqtt_targets_means_no_checks(tmp_path: Path) -> None:
 
 def test_a_bad_alert_target_or_keepalive_is_a_config_error_naming_the_key() -> None:
     with pytest.raises(config.ConfigError, match=r"alerts\.target"):
-        config.loads('[alerts]\ntarget = "nope"\n')
+        validation.loads('[alerts]\ntarget = "nope"\n')
     with pytest.raises(config.ConfigError, match=r"mqtt\.targets\[0\]\.keepalive"):
-        config.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\nkeepalive = "0s"\n')
+        validation.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\nkeepalive = "0s"\n')
     with pytest.raises(config.ConfigError, match=r"alerts\.outbox_max_count"):
-        config.loads("[alerts]\noutbox_max_count = 0\n")
+        validation.loads("[alerts]\noutbox_max_count = 0\n")
     with pytest.raises(config.ConfigError, match=r"alerts\.topic_prefix"):
-        config.loads('[alerts]\ntopic_prefix = "a/#"\n')
+        validation.loads('[alerts]\ntopic_prefix = "a/#"\n')
     with pytest.raises(config.ConfigError, match=r"mqtt\.targets\[0\]\.username"):
-        config.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\npassword_file = "/p"\n')
+        validation.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\npassword_file = "/p"\n')
 
 
 # --- the path verdict (pure, table-driven) -------------------------------------------------

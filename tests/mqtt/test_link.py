@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -14,15 +13,7 @@ from edgeheal.lab.mosquitto import Mosquitto
 from edgeheal.mqtt import MqttError
 from edgeheal.mqtt.link import Link
 from tests.mqtt.conftest import target_for
-
-
-async def until(predicate: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"condition not met within {within:g}s")
+from tests.support import until
 
 
 @pytest.mark.parametrize(("attempt", "low", "high"), [
@@ -117,7 +108,7 @@ async def test_a_silently_dead_path_is_noticed_by_keepalive_within_two_periods(
         await asyncio.sleep(0)
         hole.swallow = True  # packets vanish; nothing is closed
         began = time.monotonic()
-        await until(lambda: not link.connected, 6)
+        await until(lambda: not link.connected, within=6)
         assert link.state.reason == "timeout"
         assert "keepalive" in link.state.message
         assert time.monotonic() - began < 2 * 1.0 + 2 * 1.0 + 1.5  # 2 periods + ticks

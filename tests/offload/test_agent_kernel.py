@@ -8,7 +8,6 @@ import asyncio
 import concurrent.futures
 import re
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from tests.offload.conftest import Lab
 from tests.offload.helpers import set_feature
+from tests.support import until
 
 pytestmark = [pytest.mark.netns, pytest.mark.slow]
 
@@ -71,33 +71,33 @@ interval = "1h"
     log = tmp_path / "agent.log"
     agent = lab.sandbox.spawn([sys.executable, "-m", "edgeheal", "run", "--config", str(config)],
                               ns=lab.ns, log_path=log)
-    loop = asyncio.get_running_loop()
 
-    async def until(what: str, predicate: Callable[[str], bool]) -> str:
-        began = time.monotonic()
-        while time.monotonic() - began < DEADLINE:
-            assert agent.poll() is None, log.read_text()
+    async def metrics_until(what: str, predicate: Callable[[str], bool]) -> str:
+        """The agent's /metrics once ``predicate`` holds for it (the agent must stay up)."""
+        def probe() -> str:
+            assert agent.poll() is None, "the agent exited"
             try:
-                metrics = await loop.run_in_executor(in_ns, _get, "/metrics")
+                metrics = in_ns.submit(_get, "/metrics").result()
             except OSError:
-                metrics = ""
-            if metrics and predicate(metrics):
-                return metrics
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"not within {DEADLINE}s: {what}\n{log.read_text()}")
+                return ""
+            return metrics if metrics and predicate(metrics) else ""
+        try:
+            return await until(probe, within=DEADLINE, every=0.1, what=what)
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{log.read_text()}") from None
 
     def count(cause: str) -> Callable[[str], float | None]:
         return lambda m: _sample(m, "edgeheal_offload_corrections_total",
                                  interface="wwan0", cause=cause)
 
-    await until("boot correction", lambda m: count("boot")(m) == 1)
+    await metrics_until("boot correction", lambda m: count("boot")(m) == 1)
     await asyncio.to_thread(lab.delete, "wwan0")
     await asyncio.to_thread(lab.veth, "wwan0", "peer0", expect_on=False)
-    await until("re-created interface corrected", lambda m: count("link_event")(m) == 1)
+    await metrics_until("re-created interface corrected", lambda m: count("link_event")(m) == 1)
     assert lab.checksums("wwan0")["tx-checksum-ip-generic"] == (False, False)
 
     await asyncio.to_thread(set_feature, lab.ns, "wwan0", "tx-checksum-ip-generic", "on")
-    metrics = await until("manual change corrected", lambda m: count("link_event")(m) == 2)
+    metrics = await metrics_until("manual change corrected", lambda m: count("link_event")(m) == 2)
     assert lab.checksums("wwan0")["tx-checksum-ip-generic"] == (False, False)
     assert count("recheck")(metrics) is None
     assert _sample(metrics, "edgeheal_offload_feature_enabled", interface="wwan0",

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from edgeheal import config
 from edgeheal.checks import Serving
 from edgeheal.checks import offload as offload_check
 from edgeheal.enforce import DRIFT_EVENT, Enforcer
-from edgeheal.model import Context, Event, State
+from edgeheal.model import Event, State
 from tests.offload.helpers import CSUM, FixtureSource, fixture
+from tests.support import context
 
 
 def _corrections(reg: CollectorRegistry, iface: str, cause: str) -> float:
@@ -82,19 +82,12 @@ async def test_an_interface_that_goes_away_drops_its_series() -> None:
         await enforcer.close()
 
 
-def _context(toml: str) -> Context:
-    cfg = config.loads(toml)
-    return Context(config=cfg, registry=CollectorRegistry(), clock=lambda: 0.0,
-                   snapshot=lambda: None,  # type: ignore[arg-type,return-value]
-                   emit=lambda event: None)
-
-
 def test_no_interfaces_configured_means_no_check() -> None:
-    assert offload_check._factory(_context("[offload]\ninterfaces = []\n")) == []
+    assert offload_check._factory(context("[offload]\ninterfaces = []\n").ctx) == []
 
 
 async def test_the_check_serves_the_reconciler_and_reports_through_the_table() -> None:
-    (check,) = offload_check._factory(_context('[offload]\ninterfaces = ["wwan*"]\n'))
+    (check,) = offload_check._factory(context('[offload]\ninterfaces = ["wwan*"]\n').ctx)
     assert check.name == "offload"
     assert isinstance(check, Serving)
     assert isinstance(check, offload_check.OffloadCheck)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -17,20 +16,11 @@ from edgeheal.enforce import DRIFT_EVENT, Enforcer
 from edgeheal.model import Event
 from tests.offload.conftest import Lab
 from tests.offload.helpers import CSUM, set_feature
+from tests.support import until
 
 pytestmark = pytest.mark.netns
 
 DEADLINE = 10.0  # generous: the target is 2 s, typical is milliseconds
-
-
-async def eventually(what: str, predicate: Callable[[], bool]) -> float:
-    """Poll ``predicate`` (off the loop) until true; return the seconds it took."""
-    began = time.monotonic()
-    while time.monotonic() - began < DEADLINE:
-        if await asyncio.to_thread(predicate):
-            return time.monotonic() - began
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"not within {DEADLINE}s: {what}")
 
 
 @contextlib.asynccontextmanager
@@ -60,20 +50,21 @@ async def test_recreated_interface_and_manual_change_are_corrected_on_the_event(
         return lab.checksums("wwan0")["tx-checksum-ip-generic"] == (False, False)
 
     async with serving(enforcer) as task:
-        await eventually("boot pass", lambda: corrections(reg, "wwan0", "boot") == 1)
+        await until(lambda: corrections(reg, "wwan0", "boot") == 1, within=DEADLINE,
+                    what="boot pass")
         assert off()
 
         # the modem re-enumerates: the interface comes back, offload on
         await asyncio.to_thread(lab.delete, "wwan0")
         await asyncio.to_thread(lab.veth, "wwan0", "peer0", expect_on=False)
-        await eventually("re-created wwan0 corrected",
-                         lambda: corrections(reg, "wwan0", "link_event") == 1)
+        await until(lambda: corrections(reg, "wwan0", "link_event") == 1, within=DEADLINE,
+                    what="re-created wwan0 corrected")
         assert off()
 
         # someone turns it back on by hand
         await asyncio.to_thread(set_feature, lab.ns, "wwan0", "tx-checksum-ip-generic", "on")
-        await eventually("manual change corrected",
-                         lambda: corrections(reg, "wwan0", "link_event") == 2)
+        await until(lambda: corrections(reg, "wwan0", "link_event") == 2, within=DEADLINE,
+                    what="manual change corrected")
         assert off()
         assert not task.done()
 
@@ -87,9 +78,10 @@ async def test_an_interface_that_appears_later_is_fixed_at_once(lab: Lab) -> Non
     reg = CollectorRegistry()
     enforcer = Enforcer(("wwan*",), CSUM, registry=reg, netns=lab.ns)
     async with serving(enforcer):
-        await eventually("boot pass done", lambda: enforcer._state.first_done)
+        await until(lambda: enforcer._state.first_done, within=DEADLINE,
+                    what="boot pass done")
         await asyncio.to_thread(lab.veth, "wwan3", "peer3", expect_on=False)
-        await eventually("late interface corrected",
-                         lambda: corrections(reg, "wwan3", "link_event") == 1)
+        await until(lambda: corrections(reg, "wwan3", "link_event") == 1, within=DEADLINE,
+                    what="late interface corrected")
         assert lab.checksums("wwan3")["tx-checksum-ip-generic"] == (False, False)
         assert lab.checksums("peer3")["tx-checksum-ip-generic"] == (True, False)

@@ -1,4 +1,7 @@
-"""Helpers for the actor tests: a snapshot builder, a fake clock, a scripted remedy."""
+"""Helpers for the actor tests: a snapshot builder, a scripted remedy, the actor's world.
+
+The fake clock and the poller are the suite's shared ones (:mod:`tests.support`),
+re-exported here for the remediation tests."""
 
 from __future__ import annotations
 
@@ -13,6 +16,10 @@ from prometheus_client import CollectorRegistry
 from edgeheal import config as cfg
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from edgeheal.remedies import Availability, Outcome, RemedyError
+from tests.support import Clock, until
+
+__all__ = ["EPOCH", "Clock", "ScriptedRemedy", "World", "make_config", "snapshot", "status",
+           "until"]
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -53,18 +60,6 @@ path = "direct"
     return cfg.loads(text)
 
 
-class Clock:
-    """Monotonic time under the test's control; ``step`` advances it on every read, so a
-    loop that waits for a deadline ends after a bounded number of reads."""
-
-    def __init__(self, now: float = 1000.0, step: float = 0.0) -> None:
-        self.now, self.step = now, step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
-
-
 def status(name: str, state: State, reason: str, *, last_run: float,
            observed: State | None = None) -> CheckStatus:
     return CheckStatus(name=name, state=state, reason=reason, message="", since=EPOCH,
@@ -96,7 +91,7 @@ class World:
         self.live: Callable[[float], Snapshot] | None = None
         """When set, every read builds the snapshot at the current time (fresh results)."""
         self.ctx = Context(config=config, registry=self.registry, clock=clock,
-                           snapshot=self.read, emit=self.events.append,
+                           wall=clock.wall, snapshot=self.read, emit=self.events.append,
                            control=self.handlers.__setitem__)
 
     def read(self) -> Snapshot:
@@ -136,18 +131,3 @@ class ScriptedRemedy:
         if self.on_restart is not None:
             self.on_restart()
         return Outcome(target=f"{self.mode} flannel-xyz")
-
-
-async def until(predicate: Callable[[], object], *, within: float = 10.0,
-                every: float = 0.01, what: str = "condition") -> None:
-    """Poll ``predicate`` until true, bounded in count and time (no bare sleeps)."""
-    import time  # noqa: PLC0415
-
-    deadline = time.monotonic() + within
-    for _ in range(int(within / every) + 1):
-        if predicate():
-            return
-        if time.monotonic() > deadline:
-            break
-        await asyncio.sleep(every)
-    raise AssertionError(f"{what} not reached within {within:g}s")

@@ -64,7 +64,7 @@ async def test_pause_without_duration_is_indefinite(agent: tuple[Path, Remediato
 
 async def test_reset_closes_the_circuit(agent: tuple[Path, Remediator]) -> None:
     config_file, rem = agent
-    rem._store(rem.history.opened())
+    rem.store(rem.history.opened())
     assert await edgeheal("--config", str(config_file), "remediation", "reset") == 0
     assert rem.view()["circuit"] == "closed"
 

@@ -106,9 +106,9 @@ async def test_the_actor_restarts_the_pod_and_records_events_and_the_condition(
         await until(lambda: (api.condition(NODE, "EdgeTunnelHealthy") or {}).get("status")
                     == "True", what="condition True")
     finally:
-        for task in list(rem._background):
+        for task in list(rem.reporter.background):
             task.cancel()
-        await asyncio.gather(*rem._background, return_exceptions=True)
+        await asyncio.gather(*rem.reporter.background, return_exceptions=True)
         await rem.kube().close()
 
 
@@ -127,9 +127,9 @@ async def test_a_403_on_events_turns_them_off_with_one_warning(
     try:
         await rem.resolve()
         await rem.evaluate(world.snap)
-        await until(lambda: not rem._kube_side, what="events turned off")
+        await until(lambda: not rem.reporter.events, what="events turned off")
         assert "not recording Node Events any more" in caplog.text
         assert "create events in namespace default" in caplog.text
     finally:
-        await asyncio.gather(*rem._background, return_exceptions=True)
+        await asyncio.gather(*rem.reporter.background, return_exceptions=True)
         await rem.kube().close()

@@ -5,6 +5,7 @@ tested against the test API server and a real D-Bus); time is injected."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 
@@ -156,7 +157,7 @@ async def test_pause_resume_and_reset_over_the_control_handlers(tmp_path: Path,
     await world.handlers["remediation.resume"]({})
     await rem.evaluate(world.snap)
     assert remedy.calls == 1
-    rem._store(rem.history.opened())
+    rem.store(rem.history.opened())
     view = await world.handlers["remediation.reset"]({})
     assert view["circuit"] == "closed"
     assert view["failures_in_row"] == 0
@@ -264,3 +265,28 @@ async def test_a_restart_interrupted_by_a_kill_still_counts(tmp_path: Path) -> N
     assert [a["result"] for a in again.view()["actions"]] == ["interrupted"]
     assert again.view()["budget_left"] == 2
     assert again.history.failures_in_row == 1
+
+
+async def test_the_uplink_settle_flag_survives_an_agent_restart(tmp_path: Path) -> None:
+    """An agent sees the direct path fail (an uplink outage) and is restarted; when the
+    uplink returns, the new agent still knows it was an outage and gives the tunnel
+    ``uplink_settle`` to recover by itself instead of restarting Flannel at once."""
+    config = make_config(tmp_path, 'mode = "pod"\nuplink_settle = "30s"')
+    clock = Clock(step=0.01)
+    first = World(config, clock)
+    first.snap = snapshot(clock.now, direct=State.FAILED)
+    rem = remediator(first, {"pod": ScriptedRemedy()})
+    await rem.resolve()
+    assert [a.reason for a in await rem.evaluate(first.snap)] == ["direct_path_down"]
+    assert rem.history.direct_was_down
+
+    second = World(config, clock)  # the agent restarted; the uplink came back 5 s ago
+    snap = snapshot(clock.now)
+    back = dataclasses.replace(snap.checks["broker-direct"], since_mono=clock.now - 5.0)
+    second.snap = dataclasses.replace(snap, checks={**snap.checks, "broker-direct": back})
+    remedy = ScriptedRemedy()
+    again = remediator(second, {"pod": remedy})
+    assert again.history.direct_was_down
+    await again.resolve()
+    assert [a.reason for a in await again.evaluate(second.snap)] == ["uplink_settling"]
+    assert remedy.calls == 0

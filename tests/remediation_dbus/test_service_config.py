@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgeheal.config import ConfigError, loads
+from edgeheal.config import ConfigError
+from edgeheal.validation import loads
 
 
 @pytest.mark.parametrize(("toml", "unit", "timeout"), [

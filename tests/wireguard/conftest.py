@@ -1,44 +1,18 @@
-"""Fixtures for the WireGuard tests: a check context from TOML, a fake clock, a real mesh."""
+"""Fixtures for the WireGuard tests: real meshes, and no leaked wireguard-go sockets.
+
+The fake clock and the context builder are the shared ones in :mod:`tests.support`.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from edgeheal import config
 from edgeheal.lab import netns
 from edgeheal.lab.wireguard import WgMesh
-from edgeheal.model import Context
-
-
-@dataclass
-class Clock:
-    """An injected clock: ``mono`` drives ages and windows, ``wall`` what devices report."""
-
-    mono: float = 1000.0
-    wall: float = 1_796_000_000.0
-
-    def advance(self, seconds: float) -> None:
-        self.mono += seconds
-        self.wall += seconds
-
-    def step_wall(self, seconds: float) -> None:
-        """An NTP step: the wall clock jumps, the monotonic clock does not."""
-        self.wall += seconds
-
-
-def context(toml: str, clock: Callable[[], float] | None = None,
-            registry: CollectorRegistry | None = None) -> Context:
-    return Context(
-        config=config.loads(toml), registry=registry or CollectorRegistry(),
-        clock=clock or __import__("time").monotonic,
-        snapshot=lambda: None,  # type: ignore[arg-type,return-value]
-        emit=lambda event: None)
 
 
 @pytest.fixture(autouse=True)

@@ -7,15 +7,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from edgeheal import debounce
 from edgeheal.checks.wireguard import WireguardCheck
 from edgeheal.lab.wireguard import WgMesh
-from edgeheal.model import CheckResult, CheckStatus
-from tests.wireguard.conftest import context
+from edgeheal.model import CheckResult, CheckStatus, Context
+from tests.support import context
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,11 @@ path = "tunnel"
 """
 
 
+def real_time(ctx: Context) -> Context:
+    """The context on the real clocks: the mesh's handshakes and timers are real."""
+    return replace(ctx, clock=time.monotonic, wall=lambda: datetime.now(UTC))
+
+
 @dataclass
 class Sample:
     t: float
@@ -63,7 +68,7 @@ class Driver:
 
     @classmethod
     def for_mesh(cls, mesh: WgMesh, **kw: Any) -> Driver:
-        return cls(WireguardCheck(context(config_for(mesh, **kw))))
+        return cls(WireguardCheck(real_time(context(config_for(mesh, **kw)).ctx)))
 
     async def step(self) -> Sample:
         now = time.monotonic()

@@ -3,32 +3,19 @@ shows the reason and every peer, /metrics the per-peer series, and the log no ke
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from edgeheal.lab import nsutil
 from edgeheal.lab.wireguard import WgMesh
+from tests.support import until
 
 pytestmark = pytest.mark.netns
-T = TypeVar("T")
-
-
-async def until(probe: Callable[[], T | None], within: float, what: str) -> T:
-    deadline = time.monotonic() + within
-    while True:
-        got = await asyncio.to_thread(probe)
-        if got:
-            return got
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"not {what} within {within:g}s")
-        await asyncio.sleep(0.2)
 
 
 async def test_the_agent_reports_a_blackholed_tunnel_and_its_recovery(
@@ -69,12 +56,13 @@ enabled = false
             return None
         return probe
 
-    ok = await until(check("ok"), 30, "wireguard ok in /status")
+    ok = await until(check("ok"), within=30, every=0.2, what="wireguard ok in /status")
     (row,) = ok["detail"]["peers"]
     assert (row["peer"], row["watched"], row["reason"]) == (cloud.public_key[:8], True, "ok")
 
     mesh.blackhole(edge, cloud)
-    failed = await until(check("failed", "stalled"), 17.5 + 3 + 10, "stalled in /status")
+    failed = await until(check("failed", "stalled"), within=17.5 + 3 + 10, every=0.2,
+                         what="stalled in /status")
     assert "nothing received" in failed["message"]
     code, metrics = nsutil.http_get(edge.ns, "127.0.0.1", port, "/metrics", 2.0)
     text = metrics.decode()
@@ -84,7 +72,7 @@ enabled = false
     assert "edgeheal_wireguard_receive_bytes_total" in text
 
     mesh.clear_faults(edge, cloud)
-    await until(check("ok"), 5 + 3 + 10, "ok again in /status")
+    await until(check("ok"), within=5 + 3 + 10, every=0.2, what="ok again in /status")
     agent_log = log.read_text(errors="replace")
     assert "stalled" in agent_log
     for node in mesh.nodes:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from edgeheal import checks, wg
 from edgeheal.checks import wireguard as wgcheck
 from edgeheal.model import State
-from tests.wireguard.conftest import Clock, context
+from tests.support import Clock, context
 
 CLOUD = "Q0xPVURDTE9VRENMT1VEQ0xPVURDTE9VRENMT1VEQ0w="   # routes 10.42.0.0/24 (the broker)
 EDGE2 = "RURHRTJFREdFMkVER0UyRURHRTJFREdFMkVER0UyRUQ="   # another edge box in the mesh
@@ -36,8 +36,9 @@ path = "direct"
 def peer(key: str, *, hs_age: float | None, clock: Clock, allowed: tuple[str, ...],
          endpoint: str = "198.51.100.1:51820", rx: int = 1000, tx: int = 1000,
          keepalive: int = 25) -> wg.PeerStats:
+    hs = None if hs_age is None else clock.wall().timestamp() - hs_age
     return wg.PeerStats(public_key=key, endpoint=endpoint, allowed_ips=allowed,
-                        last_handshake=None if hs_age is None else clock.wall - hs_age,
+                        last_handshake=hs,
                         rx_bytes=rx, tx_bytes=tx, persistent_keepalive=keepalive)
 
 
@@ -57,8 +58,8 @@ class FakeReader:
 def make(toml: str = TOML) -> tuple[wgcheck.WireguardCheck, FakeReader, Clock,
                                     CollectorRegistry]:
     clock, reader, registry = Clock(), FakeReader(), CollectorRegistry()
-    ctx = context(toml, clock=lambda: clock.mono, registry=registry)
-    check = wgcheck.WireguardCheck(ctx, reader=reader, wall=lambda: clock.wall)
+    check = wgcheck.WireguardCheck(context(toml, clock=clock, registry=registry).ctx,
+                                   reader=reader)
     registry.register(check)
     return check, reader, clock, registry
 
@@ -174,12 +175,12 @@ async def test_watch_peers_by_key_or_endpoint_cidr(watch: str, watched: list[boo
 
 async def test_a_wall_clock_step_neither_fakes_nor_hides_a_dead_tunnel() -> None:
     check, reader, clock, _ = make()
-    hs_wall = clock.wall - 10
+    hs_wall = clock.wall().timestamp() - 10
     device = mesh_device(clock, edge2_age=10)
 
     def at(hs: float) -> wg.DeviceStats:
         return replace(device, peers=tuple(replace(p, last_handshake=hs, rx_bytes=p.rx_bytes
-                                                   + int(clock.mono)) for p in device.peers))
+                                                   + int(clock.now)) for p in device.peers))
 
     reader.devices["flannel-wg"] = at(hs_wall)
     assert (await check.run()).reason == "ok"
@@ -245,8 +246,8 @@ async def test_an_unresolvable_tunnel_target_watches_every_peer_rather_than_none
 
     clock, reader = Clock(), FakeReader()
     check = wgcheck.WireguardCheck(
-        context(TOML.replace('"10.42.0.17"', '"broker.invalid"'), clock=lambda: clock.mono),
-        reader=reader, wall=lambda: clock.wall, resolve=no_dns)
+        context(TOML.replace('"10.42.0.17"', '"broker.invalid"'), clock=clock).ctx,
+        reader=reader, resolve=no_dns)
     reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=10)
     result = await check.run()
     assert result.reason == "ok"
@@ -261,8 +262,8 @@ async def test_a_tunnel_target_host_name_is_resolved_and_routed() -> None:
 
     clock, reader = Clock(), FakeReader()
     check = wgcheck.WireguardCheck(
-        context(TOML.replace('"10.42.0.17"', '"broker.example"'), clock=lambda: clock.mono),
-        reader=reader, wall=lambda: clock.wall, resolve=dns)
+        context(TOML.replace('"10.42.0.17"', '"broker.example"'), clock=clock).ctx,
+        reader=reader, resolve=dns)
     reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=900)
     result = await check.run()
     assert result.reason == "ok"
@@ -272,9 +273,9 @@ async def test_a_tunnel_target_host_name_is_resolved_and_routed() -> None:
 def test_the_factory_registers_one_check_and_none_without_interfaces() -> None:
     reg = next(r for r in checks.registrations() if r.module == "wireguard")
     assert "rekey_failing" in reg.doc
-    made = reg.factory(context('[wireguard]\ninterfaces = ["wg0"]\n'))
+    made = reg.factory(context('[wireguard]\ninterfaces = ["wg0"]\n').ctx)
     assert [c.name for c in made] == ["wireguard"]
-    assert reg.factory(context("[wireguard]\ninterfaces = []\n")) == []
+    assert reg.factory(context("[wireguard]\ninterfaces = []\n").ctx) == []
 
 
 def test_the_check_and_the_uapi_reader_do_not_load_pyroute2() -> None:

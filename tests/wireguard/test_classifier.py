@@ -10,20 +10,26 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from edgeheal.checks.wireguard import (
-    REASONS,
-    Thresholds,
-    classify,
-    observe,
-    thresholds,
-)
 from edgeheal.config import WireguardSettings
 from edgeheal.model import State
 from edgeheal.wg import PeerStats
-from tests.wireguard.conftest import Clock
+from edgeheal.wg.health import (
+    REASONS,
+    Thresholds,
+    classify,
+    new_handshake,
+    observe,
+    thresholds,
+)
+from tests.support import Clock
 
 KEY = "NHaGGWcW3a1sapt+JD/2harVDhDxKOnxBE9CNO0J/D8="
 AUTO = WireguardSettings()
+
+
+def wall(clock: Clock) -> float:
+    """What a device reports a handshake in: epoch seconds of the clock's wall time."""
+    return clock.wall().timestamp()
 
 
 def test_auto_thresholds_come_from_the_protocol_and_the_keepalive() -> None:
@@ -72,7 +78,7 @@ class Step:
 def run_steps(steps: list[Step], *, keepalive: int = 25, settings: WireguardSettings = AUTO,
               first_handshake_age: float | None = 0.0) -> list[str]:
     clock = Clock()
-    hs = None if first_handshake_age is None else clock.wall - first_handshake_age
+    hs = None if first_handshake_age is None else wall(clock) - first_handshake_age
     rx = tx = 1000
     hist = None
     seen = []
@@ -80,7 +86,7 @@ def run_steps(steps: list[Step], *, keepalive: int = 25, settings: WireguardSett
         clock.advance(step.after)
         clock.step_wall(step.wall_step)
         if step.handshake == "new":
-            hs = clock.wall
+            hs = wall(clock)
         elif step.handshake == "never":
             hs = None
         rx += step.rx
@@ -88,8 +94,8 @@ def run_steps(steps: list[Step], *, keepalive: int = 25, settings: WireguardSett
         peer = PeerStats(public_key=KEY, endpoint="10.0.0.2:51820", allowed_ips=(),
                          last_handshake=hs, rx_bytes=rx, tx_bytes=tx,
                          persistent_keepalive=keepalive)
-        hist = observe(hist, peer, now=clock.mono, wall=clock.wall)
-        seen.append(classify(hist, clock.mono, thresholds(settings, keepalive))[0])
+        hist = observe(hist, peer, now=clock.now, wall=wall(clock))
+        seen.append(classify(hist, clock.now, thresholds(settings, keepalive))[0])
     return seen
 
 
@@ -188,15 +194,28 @@ def test_scenario(name: str) -> None:
 
 def test_a_handshake_seen_late_is_placed_no_earlier_than_the_previous_reading() -> None:
     clock = Clock()
-    peer = PeerStats(KEY, None, (), clock.wall, 0, 0, 25)
-    hist = observe(None, peer, now=clock.mono, wall=clock.wall)
+    peer = PeerStats(KEY, None, (), wall(clock), 0, 0, 25)
+    hist = observe(None, peer, now=clock.now, wall=wall(clock))
     clock.advance(5)
     # the device claims a handshake 1000 s in the (wall) past: a clock step; clamp it
-    hist = observe(hist, replace(peer, last_handshake=clock.wall - 1000), now=clock.mono,
-                   wall=clock.wall)
-    assert hist.handshake_age(clock.mono) == pytest.approx(5.0)
+    hist = observe(hist, replace(peer, last_handshake=wall(clock) - 1000), now=clock.now,
+                   wall=wall(clock))
+    assert hist.handshake_age(clock.now) == pytest.approx(5.0)
     clock.advance(5)
     # and one in the future is "now"
-    hist = observe(hist, replace(peer, last_handshake=clock.wall + 500), now=clock.mono,
-                   wall=clock.wall)
-    assert hist.handshake_age(clock.mono) == 0.0
+    hist = observe(hist, replace(peer, last_handshake=wall(clock) + 500), now=clock.now,
+                   wall=wall(clock))
+    assert hist.handshake_age(clock.now) == 0.0
+
+
+@pytest.mark.parametrize(("before", "after", "new"), [
+    (None, None, False),            # never, still never
+    (None, 100.0, True),            # the first handshake
+    (100.0, 100.0, False),          # the same one, read again
+    (100.0, 220.0, True),           # a rekey
+    (100.0, 40.0, True),            # a rekey after the wall clock was stepped back
+    (100.0, None, False),           # the device was re-created: no handshake is not one
+])
+def test_a_new_handshake_is_a_change_of_the_reported_time_in_either_direction(
+        before: float | None, after: float | None, new: bool) -> None:
+    assert new_handshake(before, after) is new

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgeheal import config
+from edgeheal import config, validation
 
 KEY = "NHaGGWcW3a1sapt+JD/2harVDhDxKOnxBE9CNO0J/D8="
 
@@ -25,13 +25,13 @@ KEY = "NHaGGWcW3a1sapt+JD/2harVDhDxKOnxBE9CNO0J/D8="
 ])
 def test_bad_wireguard_settings_are_rejected_by_key(toml: str, key: str, problem: str) -> None:
     with pytest.raises(config.ConfigError) as info:
-        config.loads(f"[wireguard]\n{toml}\n")
+        validation.loads(f"[wireguard]\n{toml}\n")
     assert info.value.key == key
     assert problem in info.value.problem
 
 
 def test_good_settings_parse_with_auto_and_durations() -> None:
-    wg = config.loads(f'[wireguard]\nwatch_peers = ["{KEY}", "203.0.113.0/24"]\n'
+    wg = validation.loads(f'[wireguard]\nwatch_peers = ["{KEY}", "203.0.113.0/24"]\n'
                       'dead_after = "200s"\nrx_stall_after = "1m"\n').wireguard
     assert wg.watch_peers == (KEY, "203.0.113.0/24")
     assert (wg.rekey_failing_after, wg.dead_after, wg.rx_stall_after) == ("auto", 200.0, 60.0)

@@ -1,12 +1,12 @@
-"""One MQTT connection, driven by the asyncio loop: asyncio connects, paho speaks MQTT.
+"""One MQTT session over an open socket: paho speaks MQTT, the asyncio loop drives it.
 
-paho's ``connect()`` would resolve, connect and handshake TLS synchronously (a thread per
-probe, or a blocked loop). Instead :func:`open_socket` resolves (numeric hosts without the
-resolver thread), connects a non-blocking socket with ``loop.sock_connect`` and runs the
-TLS handshake by waiting on the file descriptor; the connected socket is then handed to a
-paho client (``_create_socket`` is the hand-over point) whose reads, writes and keepalive
-are driven by ``loop.add_reader``/``add_writer`` and a 1 s ``loop_misc`` tick, the way
-aiomqtt 2.x drives paho. The caller puts one deadline around :meth:`Connection.connect`.
+The socket comes from :mod:`edgeheal.mqtt.transport` (resolved, connected and, with TLS,
+handshaken by asyncio); it is handed to a paho client (``_create_socket`` is the hand-over
+point) whose reads, writes and keepalive are driven by ``loop.add_reader``/``add_writer``
+and a 1 s ``loop_misc`` tick, the way aiomqtt 2.x drives paho. The caller puts one deadline
+around :meth:`Connection.connect`. paho is imported here and only here, so it loads the
+first time a connection is made (:func:`edgeheal.mqtt.probe` and the link import this
+module on demand).
 
 A peer that is not MQTT is recognised by the first byte it sends: a broker's first packet
 must be a CONNACK (0x20), anything else is ``protocol_error`` at once, without waiting for
@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
-import socket
 import ssl
 import time
 from pathlib import Path
@@ -31,6 +29,7 @@ from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersi
 
 from edgeheal.config import MqttTarget
 from edgeheal.mqtt import MqttError, ProbeResult
+from edgeheal.mqtt.transport import Tap, TlsResumption, open_socket, where
 
 log = logging.getLogger(__name__)
 
@@ -38,17 +37,6 @@ CONNACK_FIRST_BYTE = 0x20
 MISC_TICK = 1.0
 """Seconds between paho ``loop_misc`` calls (keepalive PINGREQ and its deadline)."""
 _SSL_PENDING_ROUNDS = 64
-
-_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED: "connection refused",
-                       errno.EHOSTUNREACH: "no route to host",
-                       errno.ENETUNREACH: "network unreachable",
-                       errno.ECONNRESET: "connection reset",
-                       errno.ETIMEDOUT: "connection timed out"}
-
-
-def where(target: MqttTarget) -> str:
-    host = f"[{target.host}]" if ":" in target.host else target.host
-    return f"{target.name} ({host}:{target.port})"
 
 
 def client_id(target: MqttTarget, node: str) -> str:
@@ -68,181 +56,10 @@ def read_password(target: MqttTarget) -> str | None:
     return text.rstrip("\r\n")
 
 
-def _no_key_passphrase() -> bytes:
-    """Refuse encrypted client keys instead of letting OpenSSL prompt on a terminal."""
-    raise ValueError("encrypted client keys are not supported")
-
-
-def tls_context(target: MqttTarget) -> ssl.SSLContext:
-    try:
-        ctx = ssl.create_default_context(cafile=target.ca_file or None)
-        if target.cert_file:
-            ctx.load_cert_chain(target.cert_file, target.key_file or None,
-                                password=_no_key_passphrase)
-    except (OSError, ssl.SSLError, ValueError) as err:
-        files = ", ".join(f for f in (target.ca_file, target.cert_file, target.key_file) if f)
-        raise MqttError("config_error", f"{where(target)}: cannot load TLS files ({files}): "
-                        f"{getattr(err, 'strerror', None) or err}") from err
-    return ctx
-
-
-async def _resolve(target: MqttTarget) -> list[tuple[Any, ...]]:
-    try:  # an address literal needs no resolver (and no executor thread)
-        return socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM,
-                                  flags=socket.AI_NUMERICHOST)
-    except socket.gaierror:
-        pass
-    loop = asyncio.get_running_loop()
-    try:
-        return await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
-    except socket.gaierror as err:
-        raise MqttError("unreachable", f"{where(target)}: cannot resolve host: "
-                        f"{err.strerror}") from err
-
-
-async def _wait_fd(fd: int, *, write: bool) -> None:
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[None] = loop.create_future()
-
-    def ready() -> None:
-        if not fut.done():
-            fut.set_result(None)
-
-    (loop.add_writer if write else loop.add_reader)(fd, ready)
-    try:
-        await fut
-    finally:
-        (loop.remove_writer if write else loop.remove_reader)(fd)
-
-
-class TlsResumption:
-    """TLS state kept between probes of one target: the context and the last session.
-
-    Resuming the session (TLS 1.3 ticket / 1.2 session id) skips the certificate chain and
-    the key exchange, which is most of a TLS probe's bytes. A session can only be resumed
-    with the context that made it, so both are kept; a failed probe drops both (a changed
-    CA file is then read again).
-    """
-
-    def __init__(self) -> None:
-        self.context: ssl.SSLContext | None = None
-        self.session: ssl.SSLSession | None = None
-
-    def reset(self) -> None:
-        self.context = self.session = None
-
-
-async def open_socket(target: MqttTarget, stage: list[str],
-                      resume: TlsResumption | None = None) -> socket.socket:
-    """A connected (and, with ``tls``, handshaken) non-blocking socket.
-
-    ``stage`` receives the step in progress, so a deadline can say where it struck.
-    """
-    ctx: ssl.SSLContext | None = None
-    if target.tls:
-        ctx = resume.context if resume is not None and resume.context else tls_context(target)
-        if resume is not None:
-            resume.context = ctx
-    stage[0] = "resolving the host"
-    infos = await _resolve(target)
-    loop = asyncio.get_running_loop()
-    errors: list[str] = []
-    sock: socket.socket | None = None
-    stage[0] = "TCP connect"
-    for family, _type, proto, _canon, addr in infos:
-        candidate = socket.socket(family, socket.SOCK_STREAM, proto)
-        try:
-            candidate.setblocking(False)
-            candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            await loop.sock_connect(candidate, addr)
-        except OSError as err:
-            candidate.close()
-            errors.append(_UNREACHABLE_ERRNOS.get(err.errno or 0, err.strerror or str(err)))
-            continue
-        except BaseException:
-            candidate.close()
-            raise
-        sock = candidate
-        break
-    if sock is None:
-        raise MqttError("unreachable", f"{where(target)}: {'; '.join(dict.fromkeys(errors))}")
-    if ctx is None:
-        return sock
-    stage[0] = "TLS handshake"
-    return await _tls_handshake(target, ctx, sock, resume.session if resume else None)
-
-
-async def _tls_handshake(target: MqttTarget, ctx: ssl.SSLContext, sock: socket.socket,
-                         tls_session: ssl.SSLSession | None) -> ssl.SSLSocket:
-    try:
-        tls = ctx.wrap_socket(sock, server_hostname=target.server_name or target.host,
-                              do_handshake_on_connect=False, session=tls_session)
-    except BaseException:
-        sock.close()
-        raise
-    try:
-        while True:
-            try:
-                tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                await _wait_fd(tls.fileno(), write=False)
-            except ssl.SSLWantWriteError:
-                await _wait_fd(tls.fileno(), write=True)
-    except ssl.SSLCertVerificationError as err:
-        tls.close()
-        raise MqttError("tls_error", f"{where(target)}: certificate not accepted: "
-                        f"{err.verify_message}") from err
-    except (ssl.SSLError, ConnectionError, OSError) as err:
-        tls.close()
-        text = (getattr(err, "reason", None) or getattr(err, "strerror", None)
-                or type(err).__name__)
-        raise MqttError("tls_error", f"{where(target)}: TLS handshake failed ({text}); does "
-                        "the port speak TLS?") from err
-    except BaseException:
-        tls.close()
-        raise
-    return tls
-
-
-class _Tap:
-    """The socket as paho sees it: notes the first byte and counts bytes both ways."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.first: int | None = None
-        self.rx = 0
-        self.tx = 0
-
-    def recv(self, bufsize: int) -> bytes:
-        data = self.sock.recv(bufsize)
-        if data and self.first is None:
-            self.first = data[0]
-        self.rx += len(data)
-        return data
-
-    def send(self, buf: bytes | bytearray) -> int:
-        sent = self.sock.send(buf)
-        self.tx += sent
-        return sent
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def setblocking(self, flag: bool) -> None:
-        self.sock.setblocking(flag)
-
-    def pending(self) -> int:
-        return self.sock.pending() if isinstance(self.sock, ssl.SSLSocket) else 0
-
-
 class _Client(paho.Client):
     """paho's client, connecting over the socket we already opened."""
 
-    prepared: _Tap | None = None
+    prepared: Tap | None = None
 
     def _create_socket(self) -> Any:
         sock, self.prepared = self.prepared, None
@@ -276,7 +93,7 @@ class Connection:
         self._connack: asyncio.Future[None] = self.loop.create_future()
         self._acks: dict[int, asyncio.Future[None]] = {}
         self._client: _Client | None = None
-        self._tap: _Tap | None = None
+        self._tap: Tap | None = None
         self._fd: int | None = None
         self._misc: asyncio.Task[None] | None = None
         self._in_misc = False
@@ -290,8 +107,7 @@ class Connection:
     @property
     def session(self) -> ssl.SSLSession | None:
         """The TLS session, for resumption by the next connection to the same broker."""
-        sock = self._tap.sock if self._tap else None
-        return sock.session if isinstance(sock, ssl.SSLSocket) else None
+        return self._tap.session if self._tap else None
 
     async def connect(self) -> float:
         """Open the socket, send CONNECT, wait for CONNACK; return the CONNACK round trip."""
@@ -300,7 +116,7 @@ class Connection:
         began = time.monotonic()
         sock = await open_socket(target, self.stage, self.resume)
         self.tcp_seconds = time.monotonic() - began
-        self._tap = tap = _Tap(sock)
+        self._tap = tap = Tap(sock)
         v5 = target.protocol == "5"
         client = _Client(CallbackAPIVersion.VERSION2, client_id=client_id(target, self.node),
                          clean_session=None if v5 else True,

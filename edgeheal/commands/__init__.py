@@ -1,0 +1,1 @@
+"""Command groups beyond the spine of ``edgeheal``: one module each, found by ``cli``."""

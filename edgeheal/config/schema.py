@@ -1,0 +1,260 @@
+"""The settings: frozen dataclasses whose fields document their unit, default and reason.
+
+This is the one place a setting is declared. ``docs/configuration.md`` is rendered from the
+``doc`` metadata (:func:`edgeheal.config.render.reference`), parsing reads the type hints
+(:mod:`edgeheal.config.parse`), and ``secret``/``duration`` marks decide redaction and how a
+value is printed. A check section subclasses :class:`CheckSettings`, so every check takes the
+same common keys and the generic rules (:mod:`edgeheal.config.validate`) find it by type.
+Rules that belong to one check or one remedy live with that module's registration, not here.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+def doc(text: str, *, secret: bool = False, duration: bool = False) -> dict[str, Any]:
+    return {"doc": text, "secret": secret, "duration": duration}
+
+
+def setting(default: Any, text: str, **kw: Any) -> Any:
+    if isinstance(default, list | dict | set):
+        raise TypeError("use a tuple for sequence defaults")
+    return field(default=default, metadata=doc(text, **kw))
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    node_name: str = setting(
+        "", "This node's name, as in `kubectl get nodes`. Default: the hostname.")
+    state_dir: str = setting(
+        "/var/lib/edgeheal",
+        "Directory for durable state (alert outbox, remediation history, control socket). "
+        "systemd's StateDirectory= creates it.")
+    check_interval: float = setting(
+        5.0, "Default cadence of every check, seconds. A check section may override it "
+        "with `interval`.", duration=True)
+    log_level: Literal["debug", "info", "warning", "error"] = setting(
+        "info", "Log threshold.")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    listen: tuple[str, ...] = setting(
+        ("127.0.0.1:9917",),
+        "Addresses (`host:port`, IPv6 as `[::1]:9917`) for the probe and metrics server. A "
+        "list, so a node IP can be added for the cluster's Prometheus. The server is "
+        "read-only; operator commands use the control socket instead.")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSettings:
+    """The keys every check section accepts, with the same meaning everywhere."""
+
+    enabled: bool = setting(True, "Run this check.")
+    interval: float | None = setting(
+        None, "Cadence of this check, seconds. Default: `agent.check_interval`.",
+        duration=True)
+    timeout: float = setting(
+        5.0, "A run that takes longer is abandoned and counts as `unknown` (reason "
+        "`check_timeout`).", duration=True)
+    fail_after: int = setting(
+        2, "Consecutive results at least as bad as a new, worse state before it becomes "
+        "effective. 2 means one lost packet never flips a probe.")
+    recover_after: int = setting(
+        2, "Consecutive better results before a bad state clears.")
+    required: bool = setting(
+        False, "The check gates `/readyz` (and nothing else).")
+
+    def effective_interval(self, agent: AgentSettings) -> float:
+        return self.interval if self.interval is not None else agent.check_interval
+
+
+OFFLOAD_DEFAULT_FEATURES = ("tx-checksum-ipv4", "tx-checksum-ip-generic", "tx-checksum-ipv6")
+
+
+@dataclass(frozen=True, slots=True)
+class OffloadSettings(CheckSettings):
+    interfaces: tuple[str, ...] = setting(
+        (), "Interface names or shell-style globs (`wwan*`) whose TX checksum offload is "
+        "kept off. Empty: the offload check and enforcer do nothing.")
+    features: tuple[str, ...] = setting(
+        OFFLOAD_DEFAULT_FEATURES,
+        "Kernel feature names (as `ethtool -k` prints them) to turn off; e.g. add "
+        "`tx-udp_tnl-csum-segmentation`.")
+    require_interface: bool = setting(
+        False, "A matching interface must exist; when none does, the check fails.")
+    enforce: bool = setting(
+        True, "Turn features off. false: observe and report only.")
+    interval: float | None = setting(
+        60.0, "Re-verify cadence (safety net; link events are acted on at once).",
+        duration=True)
+
+
+@dataclass(frozen=True, slots=True)
+class WireguardSettings(CheckSettings):
+    interfaces: tuple[str, ...] = setting(
+        ("flannel-wg", "flannel-wg-v6"), "WireGuard interfaces to watch; absent ones are "
+        "skipped.")
+    watch_peers: str | tuple[str, ...] = setting(
+        "auto", "`auto`: the peers whose allowed IPs route the tunnel-path MQTT targets "
+        "(or, with none configured, all peers); or a list of public keys and/or endpoint "
+        "CIDRs. Other peers are reported but never drive the check's state.")
+    rekey_failing_after: float | Literal["auto"] = setting(
+        "auto", "Handshake age past which unanswered rekey attempts count as "
+        "`rekey_failing`. auto: 120 s + keepalive + 3 x REKEY_TIMEOUT.", duration=True)
+    dead_after: float | Literal["auto"] = setting(
+        "auto", "Handshake age that means `dead`. auto: REJECT_AFTER_TIME (180 s) + "
+        "keepalive: past it the session is refused.", duration=True)
+    rx_stall_after: float | Literal["auto"] = setting(
+        "auto", "rx not growing this long while tx grows means `stalled`. auto: 2.5 x the "
+        "peer's keepalive interval.", duration=True)
+    connect_grace: float = setting(
+        30.0, "How long a new interface or peer may take for its first handshake.",
+        duration=True)
+    required: bool = setting(True, "The check gates `/readyz`.")
+
+
+@dataclass(frozen=True, slots=True)
+class MqttTarget(CheckSettings):
+    name: str = setting("", "Target name; also the check's name (`/probe/<name>`).")
+    host: str = setting("", "Broker host name or address.")
+    port: int = setting(1883, "Broker TCP port.")
+    path: Literal["tunnel", "direct"] = setting(
+        "direct", "Which network path this target exercises: `tunnel` (through Flannel's "
+        "WireGuard, like the collectors) or `direct` (the host's own route).")
+    tls: bool = setting(False, "Use TLS (then `ca_file`, optional `cert_file`/`key_file`).")
+    ca_file: str = setting("", "CA bundle for TLS. Empty: the system store.")
+    cert_file: str = setting("", "Client certificate for TLS client authentication.")
+    key_file: str = setting("", "Client key for `cert_file`.")
+    server_name: str = setting("", "TLS server name to verify. Default: `host`.")
+    protocol: Literal["3.1.1", "5"] = setting("3.1.1", "MQTT protocol version.")
+    username: str = setting("", "User name; empty for anonymous.")
+    password_file: str = setting(
+        "", "File holding the password (never the password inline).")
+    client_id: str = setting("", "Client id. Default: `edgeheal-<node>-<target>`.")
+    keepalive: float = setting(
+        20.0, "MQTT keepalive of the kept-open alert connection, seconds. It is the direct "
+        "path's reachability signal, so it must notice an outage before the tunnel check "
+        "blames the tunnel: keep it well below the tunnel's stall window (2.5 x Flannel's "
+        "25 s WireGuard keepalive). 20 s costs about 0.7 MB a day.", duration=True)
+    interval: float | None = setting(
+        60.0, "Probe cadence. One probe is one CONNECT/CONNACK/DISCONNECT (~100 bytes "
+        "plus TCP).", duration=True)
+    timeout: float = setting(5.0, "A probe that takes longer is `timeout`.", duration=True)
+
+
+@dataclass(frozen=True, slots=True)
+class MqttSettings:
+    targets: tuple[MqttTarget, ...] = setting(
+        (), "Brokers to probe, each a check of its own (`[[mqtt.targets]]`).")
+
+
+@dataclass(frozen=True, slots=True)
+class AlertSettings:
+    target: str = setting(
+        "", "The `[[mqtt.targets]]` entry alerts are published through (usually the "
+        "direct path). Empty: alerts are kept in the outbox and logged only.")
+    topic_prefix: str = setting("edgeheal", "Topics are `<prefix>/<node>/alerts|status`.")
+    reminder_interval: float = setting(
+        1800.0, "While a problem lasts, a reminder alert this often.", duration=True)
+    outbox_max_count: int = setting(
+        10000, "Most alerts kept while the broker is unreachable; the oldest are dropped.")
+    outbox_max_age: float = setting(
+        7 * 86400.0, "Alerts older than this are dropped from the outbox.", duration=True)
+    reconnect_max: float = setting(
+        60.0, "Cap of the jittered exponential backoff between reconnects of the alert "
+        "connection (it starts at 1 s).", duration=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    """`[remediation.service]`: how the `k3s-service` remedy restarts K3s's embedded Flannel."""
+
+    unit: str = setting(
+        "auto", "The systemd unit restarted over D-Bus. `auto`: `k3s-agent.service` on "
+        "agents, `k3s.service` on servers (whichever is loaded; the active one if both "
+        "are). Or a K3s unit name (`k3s*.service`, e.g. from `INSTALL_K3S_NAME`; then "
+        "list it in the polkit rule too). The agent restarts this unit and no other.")
+    timeout: float = setting(
+        120.0, "How long the restart job plus the unit becoming `active` again may take "
+        "before the restart counts as failed (K3s's start includes containerd).",
+        duration=True)
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    kubeconfig: str = setting(
+        "", "Kubeconfig file for the agent's own service account (client certificate or "
+        "token, custom CA: K3s's format; `edgeheal kubeconfig` writes one). Empty: in-cluster "
+        "service-account credentials. Never K3s's admin `k3s.yaml`. The section's presence "
+        "enables the Kubernetes side (pods, Events on the Node, the Node condition).")
+    context: str = setting("", "Kubeconfig context to use. Empty: the current context.")
+    request_timeout: float = setting(
+        10.0, "Timeout of every single API call.", duration=True)
+    retries: int = setting(
+        4, "Retries of a call answered 429 (after `Retry-After`) or 5xx, or that timed out, "
+        "with exponential backoff and jitter.")
+    node_condition: bool = setting(
+        True, "Keep the `EdgeTunnelHealthy` Node condition current (needs `patch` on "
+        "`nodes/status`; a 403 turns it off with one warning).")
+    events: bool = setting(
+        True, "Record each remediation as an Event on the Node (needs `create` on `events`).")
+
+
+@dataclass(frozen=True, slots=True)
+class PodRemedySettings:
+    namespace: str = setting("kube-flannel", "Namespace of the Flannel DaemonSet's pods.")
+    label_selector: str = setting("app=flannel", "Label selector of Flannel's pods.")
+    ready_timeout: float = setting(
+        60.0, "How long the replacement pod may take to be Running and Ready.",
+        duration=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RemediationSettings:
+    mode: str = setting(
+        "auto", "`pod` deletes this node's Flannel pod (DaemonSet Flannel), `k3s-service` "
+        "restarts the k3s/k3s-agent unit (embedded Flannel), `none` only alerts. `auto` "
+        "picks `pod` when a Flannel pod runs on this node, else `k3s-service` when the unit "
+        "exists, else `none`, and says why in /status and the log.")
+    dry_run: bool = setting(False, "Log and alert what would be done; do nothing.")
+    cooldown: float = setting(120.0, "Least time between two restarts.", duration=True)
+    max_per_hour: int = setting(
+        3, "Most restarts in any sliding hour, across agent restarts on the same boot.")
+    startup_grace: float = setting(
+        60.0, "No restart this soon after the agent or the node started.", duration=True)
+    give_up_after: int = setting(
+        3, "Restarts in a row that did not cure the tunnel before the circuit opens (no "
+        "more restarts, a critical alert; it closes when the tunnel is healthy again or on "
+        "`edgeheal remediation reset`).")
+    verify_timeout: float = setting(
+        60.0, "How long to wait for the tunnel to recover after a restart (fresh handshake, "
+        "rx growing, tunnel-path MQTT ok).", duration=True)
+    uplink_settle: float = setting(
+        30.0, "After the direct path comes back from an outage, the tunnel gets this long to "
+        "recover by itself before a restart is considered: an uplink outage stalls the "
+        "tunnel too, and restarting Flannel the moment the uplink returns would 'heal' an "
+        "outage that was never the tunnel's.", duration=True)
+    pod: PodRemedySettings = field(default_factory=PodRemedySettings)
+    service: ServiceSettings = field(default_factory=ServiceSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    agent: AgentSettings = field(default_factory=AgentSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    offload: OffloadSettings = field(default_factory=OffloadSettings)
+    wireguard: WireguardSettings = field(default_factory=WireguardSettings)
+    mqtt: MqttSettings = field(default_factory=MqttSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+    kubernetes: KubernetesSettings | None = field(
+        default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))
+    remediation: RemediationSettings = field(default_factory=RemediationSettings)
+    source: str = field(default="", metadata=doc("internal: the file this came from"))
+
+    @property
+    def node(self) -> str:
+        return self.agent.node_name or socket.gethostname()

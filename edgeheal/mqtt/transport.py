@@ -1,0 +1,213 @@
+"""The network side of an MQTT connection: resolve, connect, TLS, byte counts; no MQTT.
+
+Why apart from the client (:mod:`edgeheal.mqtt.client`): paho's ``connect()`` would
+resolve, connect and handshake TLS synchronously (a thread per probe, or a blocked loop).
+Here :func:`open_socket` resolves (numeric hosts without the resolver thread), connects a
+non-blocking socket with ``loop.sock_connect`` and runs the TLS handshake by waiting on
+the file descriptor; the client then hands the connected socket to paho. This module
+never imports paho, so the socket and TLS steps can be read (and timed) on their own.
+
+``stage`` lists carry the step in progress (resolving, TCP connect, TLS handshake), so the
+one deadline the caller puts around a connect can say where it struck. Every failure here
+is an :class:`~edgeheal.mqtt.MqttError` (``unreachable``, ``tls_error``, ``config_error``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+import ssl
+from typing import Any
+
+from edgeheal.config import MqttTarget
+from edgeheal.mqtt import MqttError
+
+_UNREACHABLE_ERRNOS = {errno.ECONNREFUSED: "connection refused",
+                       errno.EHOSTUNREACH: "no route to host",
+                       errno.ENETUNREACH: "network unreachable",
+                       errno.ECONNRESET: "connection reset",
+                       errno.ETIMEDOUT: "connection timed out"}
+
+
+def where(target: MqttTarget) -> str:
+    """``name (host:port)`` for messages; IPv6 hosts in brackets."""
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    return f"{target.name} ({host}:{target.port})"
+
+
+def _no_key_passphrase() -> bytes:
+    """Refuse encrypted client keys instead of letting OpenSSL prompt on a terminal."""
+    raise ValueError("encrypted client keys are not supported")
+
+
+def tls_context(target: MqttTarget) -> ssl.SSLContext:
+    try:
+        ctx = ssl.create_default_context(cafile=target.ca_file or None)
+        if target.cert_file:
+            ctx.load_cert_chain(target.cert_file, target.key_file or None,
+                                password=_no_key_passphrase)
+    except (OSError, ssl.SSLError, ValueError) as err:
+        files = ", ".join(f for f in (target.ca_file, target.cert_file, target.key_file) if f)
+        raise MqttError("config_error", f"{where(target)}: cannot load TLS files ({files}): "
+                        f"{getattr(err, 'strerror', None) or err}") from err
+    return ctx
+
+
+async def _resolve(target: MqttTarget) -> list[tuple[Any, ...]]:
+    try:  # an address literal needs no resolver (and no executor thread)
+        return socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        pass
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise MqttError("unreachable", f"{where(target)}: cannot resolve host: "
+                        f"{err.strerror}") from err
+
+
+async def _wait_fd(fd: int, *, write: bool) -> None:
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    (loop.add_writer if write else loop.add_reader)(fd, ready)
+    try:
+        await fut
+    finally:
+        (loop.remove_writer if write else loop.remove_reader)(fd)
+
+
+class TlsResumption:
+    """TLS state kept between probes of one target: the context and the last session.
+
+    Resuming the session (TLS 1.3 ticket / 1.2 session id) skips the certificate chain and
+    the key exchange, which is most of a TLS probe's bytes. A session can only be resumed
+    with the context that made it, so both are kept; a failed probe drops both (a changed
+    CA file is then read again).
+    """
+
+    def __init__(self) -> None:
+        self.context: ssl.SSLContext | None = None
+        self.session: ssl.SSLSession | None = None
+
+    def reset(self) -> None:
+        self.context = self.session = None
+
+
+async def open_socket(target: MqttTarget, stage: list[str],
+                      resume: TlsResumption | None = None) -> socket.socket:
+    """A connected (and, with ``tls``, handshaken) non-blocking socket.
+
+    ``stage`` receives the step in progress, so a deadline can say where it struck.
+    """
+    ctx: ssl.SSLContext | None = None
+    if target.tls:
+        ctx = resume.context if resume is not None and resume.context else tls_context(target)
+        if resume is not None:
+            resume.context = ctx
+    stage[0] = "resolving the host"
+    infos = await _resolve(target)
+    loop = asyncio.get_running_loop()
+    errors: list[str] = []
+    sock: socket.socket | None = None
+    stage[0] = "TCP connect"
+    for family, _type, proto, _canon, addr in infos:
+        candidate = socket.socket(family, socket.SOCK_STREAM, proto)
+        try:
+            candidate.setblocking(False)
+            candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(candidate, addr)
+        except OSError as err:
+            candidate.close()
+            errors.append(_UNREACHABLE_ERRNOS.get(err.errno or 0, err.strerror or str(err)))
+            continue
+        except BaseException:
+            candidate.close()
+            raise
+        sock = candidate
+        break
+    if sock is None:
+        raise MqttError("unreachable", f"{where(target)}: {'; '.join(dict.fromkeys(errors))}")
+    if ctx is None:
+        return sock
+    stage[0] = "TLS handshake"
+    return await _tls_handshake(target, ctx, sock, resume.session if resume else None)
+
+
+async def _tls_handshake(target: MqttTarget, ctx: ssl.SSLContext, sock: socket.socket,
+                         tls_session: ssl.SSLSession | None) -> ssl.SSLSocket:
+    try:
+        tls = ctx.wrap_socket(sock, server_hostname=target.server_name or target.host,
+                              do_handshake_on_connect=False, session=tls_session)
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await _wait_fd(tls.fileno(), write=False)
+            except ssl.SSLWantWriteError:
+                await _wait_fd(tls.fileno(), write=True)
+    except ssl.SSLCertVerificationError as err:
+        tls.close()
+        raise MqttError("tls_error", f"{where(target)}: certificate not accepted: "
+                        f"{err.verify_message}") from err
+    except (ssl.SSLError, ConnectionError, OSError) as err:
+        tls.close()
+        text = (getattr(err, "reason", None) or getattr(err, "strerror", None)
+                or type(err).__name__)
+        raise MqttError("tls_error", f"{where(target)}: TLS handshake failed ({text}); does "
+                        "the port speak TLS?") from err
+    except BaseException:
+        tls.close()
+        raise
+    return tls
+
+
+class Tap:
+    """The socket as paho sees it: notes the first byte and counts bytes both ways."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.first: int | None = None
+        self.rx = 0
+        self.tx = 0
+
+    def recv(self, bufsize: int) -> bytes:
+        data = self.sock.recv(bufsize)
+        if data and self.first is None:
+            self.first = data[0]
+        self.rx += len(data)
+        return data
+
+    def send(self, buf: bytes | bytearray) -> int:
+        sent = self.sock.send(buf)
+        self.tx += sent
+        return sent
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def setblocking(self, flag: bool) -> None:
+        self.sock.setblocking(flag)
+
+    def pending(self) -> int:
+        """Decrypted bytes TLS holds back from the next read (paho must drain them)."""
+        return self.sock.pending() if isinstance(self.sock, ssl.SSLSocket) else 0
+
+    @property
+    def session(self) -> ssl.SSLSession | None:
+        """The TLS session, for resumption by the next connection to the same broker."""
+        return self.sock.session if isinstance(self.sock, ssl.SSLSocket) else None
