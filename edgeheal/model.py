@@ -242,6 +242,10 @@ class Context:
     control: Callable[[str, Callable[[Mapping[str, Any]], Awaitable[Any]]], None] = (
         lambda name, handler: None)
     """Register a handler on the root-only control socket (``edgeheal <cmd>``)."""
+    hasten: Callable[[str], None] = lambda name: None
+    """Ask the supervisor to run check ``name`` now instead of at its next interval: a
+    suspicion one check raises is confirmed by another at once (e.g. WireGuard's silent rx
+    by the tunnel-path MQTT probe). The agent bounds how often; unknown names are ignored."""
     wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     """The one wall clock (UTC), for what people read: timestamps in alerts, /status and
     persisted records. Never used for a decision."""
