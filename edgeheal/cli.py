@@ -19,18 +19,15 @@ import json
 import logging
 import os
 import sys
-import urllib.error
-import urllib.request
-from typing import Any
 
 from edgeheal import __version__
-from edgeheal.config import ConfigError, redacted, reference, split_hostport
+from edgeheal.config import ConfigError, redacted, reference
 from edgeheal.model import ExitCode
 from edgeheal.validation import load
 
 log = logging.getLogger("edgeheal")
 
-COMMAND_GROUPS = ("offload", "alert", "remediation", "lab", "diagnose")
+COMMAND_GROUPS = ("status", "offload", "alert", "remediation", "lab", "diagnose", "doctor")
 CONFIG_HELP = "configuration file (default: $EDGEHEAL_CONFIG or /etc/edgeheal/edgeheal.toml)"
 
 
@@ -51,10 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", action="store_true",
                    help="print the configuration reference (Markdown) instead")
     p.set_defaults(func=cmd_check_config)
-    p = sub.add_parser("status", parents=[common], help="show a running agent's /status")
-    p.add_argument("--url", help="agent base URL (default: the first [http] listen address)")
-    p.add_argument("--json", action="store_true", help="print the raw JSON")
-    p.set_defaults(func=cmd_status)
     for group in COMMAND_GROUPS:
         try:
             module = importlib.import_module(f"edgeheal.commands.{group}")
@@ -117,7 +110,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if args.reference:
         print(reference_markdown())
         return ExitCode.OK
-    config = load(args.config)
+    config = load(args.config, check_files=True)
     print(f"# {config.source}: valid", file=sys.stderr)
     print(json.dumps(redacted(config), indent=2))
     return ExitCode.OK
@@ -129,10 +122,13 @@ def reference_markdown() -> str:
              "`edgeheal check-config --reference`; do not edit by hand.", "",
              "The file is TOML, by default `/etc/edgeheal/edgeheal.toml` (`--config PATH` or "
              "`$EDGEHEAL_CONFIG` override it). Durations accept `\"20s\"`, `\"2m\"`, `\"1h\"`, "
-             "`\"500ms\"` or a number of seconds. Unknown keys are errors (exit 2), so a typo "
-             "never silently falls back to a default. Every check section (`[offload]`, "
+             "`\"500ms\"`, `\"1d\"` or a number of seconds, each within the range its row "
+             "gives (`nan`, `inf` or a negative value never is). Unknown keys are errors "
+             "(exit 2), so a typo never silently falls back to a default. The file itself must "
+             "be a regular file of at most 1 MiB of UTF-8. Every check section (`[offload]`, "
              "`[wireguard]`, each `[[mqtt.targets]]`) also takes the common keys `enabled`, "
-             "`interval`, `timeout`, `fail_after`, `recover_after`, `required`.", ""]
+             "`interval`, `timeout`, `fail_after`, `recover_after`, `retry_interval`, "
+             "`required`.", ""]
     section = None
     for key, default, text in reference():
         head = key.rsplit(".", 1)[0] if "." in key else ""
@@ -141,54 +137,4 @@ def reference_markdown() -> str:
             lines += ["", f"## `[{head}]`", "", "| key | default | meaning |",
                       "|---|---|---|"]
         lines.append(f"| `{key}` | `{default}` | {text.replace('|', '/')} |")
-    return "\n".join(lines)
-
-
-def _default_url(args: argparse.Namespace) -> str:
-    if args.url:
-        return str(args.url).rstrip("/")
-    listen = "127.0.0.1:9917"
-    try:
-        listen = load(args.config).http.listen[0]
-    except ConfigError:
-        if args.config:
-            raise
-    host, port = split_hostport(listen)
-    if host in ("0.0.0.0", "::", ""):  # noqa: S104 - a listen address, not a bind
-        host = "127.0.0.1"
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
-def cmd_status(args: argparse.Namespace) -> int:
-    url = _default_url(args) + "/status"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 - http(s) only
-            doc: dict[str, Any] = json.load(resp)
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        print(f"edgeheal: cannot read {url}: {err}", file=sys.stderr)
-        return ExitCode.ENVIRONMENT
-    if args.json:
-        print(json.dumps(doc, indent=2))
-    else:
-        print(render_status(doc))
-    return ExitCode.OK if doc.get("ready") else ExitCode.CONDITION_FALSE
-
-
-def render_status(doc: dict[str, Any]) -> str:
-    lines = [f"node {doc.get('node')}  edgeheal {doc.get('version')}  "
-             f"up {float(doc.get('uptime_seconds', 0)):.0f}s  "
-             f"{'READY' if doc.get('ready') else 'NOT READY'}", ""]
-    rows = [("CHECK", "STATE", "REASON", "SINCE", "MESSAGE")]
-    for name, check in (doc.get("checks") or {}).items():
-        rows.append((name + (" *" if check.get("required") else ""), check.get("state", ""),
-                     check.get("reason", ""), check.get("since", ""),
-                     str(check.get("message", ""))[:80]))
-    widths = [max(len(str(r[i])) for r in rows) for i in range(4)]
-    for row in rows:
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row[:4], widths, strict=True))
-                     + "  " + row[4])
-    lines.append("(* required: gates /readyz)")
-    for action in doc.get("actions") or []:
-        lines.append(f"action {action.get('time')} {action.get('action')} "
-                     f"{action.get('result')}: {action.get('reason')}")
     return "\n".join(lines)

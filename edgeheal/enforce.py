@@ -17,6 +17,17 @@ Every correction after the first pass is *drift*: counted in
 ``edgeheal_offload_corrections_total{interface,cause}``, logged as a warning and emitted as
 an ``offload.drift_corrected`` event.
 
+Re-enumeration renames (the rename race): a NIC that is hot-plugged appears under the
+kernel's name (``eth0``) and udev renames it (``ens4``) tens of milliseconds later -- often
+between our "turn off" and the read-back. So the enforcer follows interfaces by **ifindex**,
+not by name: an ioctl that fails with "no such interface" is retried under the name the
+same ifindex has now (the correction is reported under that name, never dropped); an
+``RTM_NEWLINK`` whose ifindex we know under another name moves that interface's state,
+gauges, counters and pending drift to the new name (nothing stays under the temporary
+name); and a correction made on a link event is *recorded* (counted, logged, emitted)
+``settle`` seconds later, under the name the interface has by then, so the alert names the
+final interface. The ioctl itself is never delayed.
+
 Per interface and feature, the pure :func:`classify` gives one :class:`Outcome`:
 
 ===============  ====================================================================
@@ -41,9 +52,10 @@ import contextlib
 import enum
 import functools
 import logging
+import socket
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from edgeheal.ethtool import (
     EthtoolError,
@@ -62,8 +74,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 Cause = Literal["boot", "link_event", "recheck"]
 DRIFT_EVENT = "offload.drift_corrected"
+SETTLE = 0.5
+"""Seconds a link-event correction waits to be recorded (see the module doc)."""
 
 
 class Outcome(enum.Enum):
@@ -126,6 +141,8 @@ class InterfaceReport:
     results: tuple[FeatureResult, ...] = ()
     error: Literal["", "permission_denied", "error"] = ""
     message: str = ""
+    ifindex: int = 0
+    """The kernel's index of the interface (0: the source cannot tell)."""
 
     @property
     def all_off(self) -> bool:
@@ -158,36 +175,88 @@ class Report:
                 if r.outcome in which]
 
 
+FOLLOW = 3
+"""How many renames one reconcile follows before it gives up on an interface."""
+
+
+def index_of(source: FeatureSource, ifname: str) -> int:
+    """The ifindex of ``ifname`` if ``source`` can tell (optional ``index`` method), else 0."""
+    lookup = getattr(source, "index", None)
+    return (lookup(ifname) or 0) if lookup is not None else 0
+
+
+def name_of(source: FeatureSource, ifindex: int) -> str | None:
+    """The name interface ``ifindex`` has now, if ``source`` can tell; None if it is gone."""
+    lookup = getattr(source, "name", None)
+    return lookup(ifindex) if (lookup is not None and ifindex) else None
+
+
+class _Gone(Exception):
+    """The interface vanished (not renamed) in the middle of a reconcile."""
+
+
+class _Follower:
+    """Runs ioctls on one interface by name, following renames of its ifindex."""
+
+    def __init__(self, source: FeatureSource, ifname: str) -> None:
+        self.source, self.ifname = source, ifname
+        self.ifindex = index_of(source, ifname)
+        self.follows = 0
+
+    def run(self, step: Callable[[str], T]) -> T:
+        """``step(name)``; on "no such interface", again under the ifindex's new name."""
+        while True:
+            try:
+                return step(self.ifname)
+            except NoSuchInterface as err:
+                new = name_of(self.source, self.ifindex)
+                if new is None or new == self.ifname or self.follows >= FOLLOW:
+                    raise _Gone from err
+                log.info("%s was renamed %s while being reconciled; following it "
+                         "(ifindex %d)", self.ifname, new, self.ifindex,
+                         extra={"interface": new, "renamed_from": self.ifname})
+                self.follows += 1
+                self.ifname = new
+
+    def read_back(self, ifname: str) -> Mapping[str, Feature]:
+        features = self.source.features(ifname)
+        if self.ifindex and index_of(self.source, ifname) not in (self.ifindex, 0):
+            raise NoSuchInterface(f"{ifname}: another interface now", interface=ifname)
+        return features
+
+
 def reconcile_interface(source: FeatureSource, ifname: str, wanted: tuple[str, ...], *,
                         act: bool) -> InterfaceReport | None:
-    """Read, (turn off,) read back and classify one interface; None if it is gone."""
+    """Read, (turn off,) read back and classify one interface; None if it is gone.
+
+    A rename in the middle (udev renaming a re-enumerated NIC) is followed by ifindex: the
+    step that failed is repeated under the new name and the report carries that name."""
+    it = _Follower(source, ifname)
     try:
-        before = source.features(ifname)
-    except NoSuchInterface:
-        log.debug("%s vanished before it could be read", ifname, extra={"interface": ifname})
-        return None
-    except Unsupported as err:
-        log.debug("%s", err, extra={"interface": ifname})
-        before = {}
-    except EthtoolError as err:
-        return InterfaceReport(ifname, error="error", message=str(err))
-    off = to_disable(before, wanted)
-    after: Mapping[str, Feature] | None = None
-    if act and off:
         try:
-            source.disable(ifname, off)
-            after = source.features(ifname)
-        except NoSuchInterface:
-            return None
-        except PermissionDenied as err:
-            return InterfaceReport(
-                ifname, tuple(FeatureResult(n, classify(before.get(n)), before.get(n))
-                              for n in wanted),
-                error="permission_denied", message=str(err))
+            before = it.run(source.features)
+        except Unsupported as err:
+            log.debug("%s", err, extra={"interface": it.ifname})
+            before = {}
         except EthtoolError as err:
-            return InterfaceReport(
-                ifname, tuple(FeatureResult(n, classify(before.get(n)), before.get(n))
-                              for n in wanted), error="error", message=str(err))
+            return InterfaceReport(it.ifname, error="error", message=str(err),
+                                   ifindex=it.ifindex)
+        off = to_disable(before, wanted)
+        after: Mapping[str, Feature] | None = None
+        if act and off:
+            try:
+                it.run(lambda name: source.disable(name, off))
+                after = it.run(it.read_back)
+            except EthtoolError as err:
+                return InterfaceReport(
+                    it.ifname, tuple(FeatureResult(n, classify(before.get(n)), before.get(n))
+                                     for n in wanted),
+                    error="permission_denied" if isinstance(err, PermissionDenied) else "error",
+                    message=str(err), ifindex=it.ifindex)
+    except _Gone:
+        log.debug("%s vanished while being reconciled", it.ifname,
+                  extra={"interface": it.ifname})
+        return None
     results = []
     for name in wanted:
         b = before.get(name)
@@ -195,7 +264,7 @@ def reconcile_interface(source: FeatureSource, ifname: str, wanted: tuple[str, .
         if a is None and after is not None and name in off:
             a = Feature(name, False, False)  # gone after the change: it is not on
         results.append(FeatureResult(name, classify(b, a), b, a))
-    return InterfaceReport(ifname, tuple(results))
+    return InterfaceReport(it.ifname, tuple(results), ifindex=it.ifindex)
 
 
 def apply(source: FeatureSource, patterns: tuple[str, ...], wanted: tuple[str, ...], *,
@@ -216,6 +285,7 @@ class Correction:
     features: tuple[str, ...]
     cause: Cause
     drift: bool
+    ifindex: int = 0
 
 
 class Metrics:
@@ -232,7 +302,8 @@ class Metrics:
             "edgeheal_offload_corrections_total",
             "Offload features switched back off, by interface and cause "
             "(boot, link_event, recheck).", ["interface", "cause"], registry=registry)
-        self._series: set[tuple[str, str]] = set()
+        self._series: dict[tuple[str, str], int] = {}
+        self._counts: dict[tuple[str, str], int] = {}
 
     def publish(self, report: InterfaceReport) -> None:
         for r in report.results:
@@ -240,16 +311,34 @@ class Metrics:
             if state is None:
                 self._drop((report.interface, r.feature))
                 continue
-            self.enabled.labels(report.interface, r.feature).set(1 if state.on else 0)
-            self._series.add((report.interface, r.feature))
+            self._set((report.interface, r.feature), 1 if state.on else 0)
+
+    def corrected(self, interface: str, cause: Cause) -> None:
+        self.corrections.labels(interface, cause).inc()
+        self._counts[(interface, cause)] = self._counts.get((interface, cause), 0) + 1
+
+    def rename(self, old: str, new: str) -> None:
+        """Move every series of interface ``old`` to ``new`` (a udev rename)."""
+        for key in [k for k in self._series if k[0] == old]:
+            value = self._series[key]
+            self._drop(key)
+            self._set((new, key[1]), value)
+        for key in [k for k in self._counts if k[0] == old]:
+            count = self._counts.pop(key)
+            self.corrections.remove(*key)
+            self.corrections.labels(new, key[1]).inc(count)
+            self._counts[(new, key[1])] = self._counts.get((new, key[1]), 0) + count
 
     def forget(self, interface: str) -> None:
         for key in [k for k in self._series if k[0] == interface]:
             self._drop(key)
 
+    def _set(self, key: tuple[str, str], value: int) -> None:
+        self.enabled.labels(*key).set(value)
+        self._series[key] = value
+
     def _drop(self, key: tuple[str, str]) -> None:
-        if key in self._series:
-            self._series.discard(key)
+        if self._series.pop(key, None) is not None:
             self.enabled.remove(*key)
 
 
@@ -260,6 +349,10 @@ class _State:
     pending_drift: list[Correction] = field(default_factory=list)
     bad: set[tuple[str, str, str]] = field(default_factory=set)
     interfaces: dict[str, InterfaceReport] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    """ifindex -> the name we last saw it under, for the interfaces in ``interfaces``."""
+    settling: list[Correction] = field(default_factory=list)
+    """Link-event corrections made but not yet recorded (see ``settle``)."""
 
 
 class Enforcer:
@@ -268,14 +361,19 @@ class Enforcer:
 
     ``netns`` (lab, tests, bench) runs every ioctl and the link listener inside that named
     network namespace; the agent leaves it None.
+
+    ``settle``: seconds between correcting an interface on a link event and recording the
+    correction, so a udev rename that follows a hot-plug is recorded under the final name.
     """
 
     def __init__(self, patterns: tuple[str, ...], features: tuple[str, ...], *,
                  enforce: bool = True, registry: CollectorRegistry | None = None,
                  emit: Callable[[Event], None] = lambda event: None,
                  source: Callable[[], FeatureSource] | None = None,
-                 netns: str | None = None) -> None:
+                 netns: str | None = None, settle: float = SETTLE) -> None:
         self.patterns, self.features, self.enforce = patterns, features, enforce
+        self.settle = settle
+        self._timers: set[asyncio.TimerHandle] = set()
         self.metrics = Metrics(registry) if registry is not None else None
         self._emit = emit
         self._make_source = source or _real_source
@@ -289,14 +387,16 @@ class Enforcer:
 
     # --- passes -------------------------------------------------------------------------
 
-    async def reconcile(self, cause: Cause, only: str | None = None) -> Report:
-        """One pass (all matching interfaces, or ``only``) on the worker thread."""
+    async def reconcile(self, cause: Cause, only: str | None = None, *,
+                        defer: bool = False) -> Report:
+        """One pass (all matching interfaces, or ``only``) on the worker thread.
+        ``defer``: record drift corrections ``settle`` seconds later (link events)."""
         async with self._lock:
             if not self._state.first_done:
-                cause, only = "boot", None
+                cause, only, defer = "boot", None, False
             loop = asyncio.get_running_loop()
             report = await loop.run_in_executor(self._executor, self._pass, only)
-            self._account(report, cause, partial=only is not None)
+            self._account(report, cause, partial=only is not None, defer=defer)
             return report
 
     def _pass(self, only: str | None) -> Report:
@@ -304,35 +404,94 @@ class Enforcer:
             self._source = self._make_source()
         return apply(self._source, self.patterns, self.features, act=self.enforce, only=only)
 
-    def _account(self, report: Report, cause: Cause, *, partial: bool) -> None:
+    def _account(self, report: Report, cause: Cause, *, partial: bool,
+                 defer: bool = False) -> None:
         st = self._state
         drift = st.first_done
         if not partial:
             for gone in set(st.interfaces) - {i.interface for i in report.interfaces}:
                 self.forget(gone)
         for iface in report.interfaces:
+            old = st.names.get(iface.ifindex) if iface.ifindex else None
+            if old is not None and old != iface.interface:
+                self.renamed(iface.ifindex, iface.interface)
             st.interfaces[iface.interface] = iface
+            if iface.ifindex:
+                st.names[iface.ifindex] = iface.interface
             if self.metrics is not None:
                 self.metrics.publish(iface)
             self._log_problems(iface)
             if not iface.changed:
                 continue
-            fix = Correction(iface.interface, tuple(iface.changed), cause, drift)
-            if self.metrics is not None:
-                self.metrics.corrections.labels(iface.interface, cause).inc()
-            if drift:
-                st.drift_total += 1
-                st.pending_drift.append(fix)
-                log.warning("offload drift on %s: %s was on again; turned off (%s)",
-                            fix.interface, ", ".join(fix.features), cause,
-                            extra={"interface": fix.interface, "cause": cause})
-                self._emit_drift(fix)
+            fix = Correction(iface.interface, tuple(iface.changed), cause, drift,
+                             iface.ifindex)
+            if defer and drift and self.settle > 0:
+                self._defer(fix)
             else:
-                log.info("turned off %s on %s (%s)", ", ".join(fix.features), fix.interface,
-                         cause, extra={"interface": fix.interface, "cause": cause})
+                self._record(fix)
         for pattern in report.unmatched:
             log.debug("no interface matches %r", pattern, extra={"pattern": pattern})
         st.first_done = True
+
+    def _record(self, fix: Correction) -> None:
+        st = self._state
+        if self.metrics is not None:
+            self.metrics.corrected(fix.interface, fix.cause)
+        if fix.drift:
+            st.drift_total += 1
+            st.pending_drift.append(fix)
+            log.warning("offload drift on %s: %s was on again; turned off (%s)",
+                        fix.interface, ", ".join(fix.features), fix.cause,
+                        extra={"interface": fix.interface, "cause": fix.cause})
+            self._emit_drift(fix)
+        else:
+            log.info("turned off %s on %s (%s)", ", ".join(fix.features), fix.interface,
+                     fix.cause, extra={"interface": fix.interface, "cause": fix.cause})
+
+    def _defer(self, fix: Correction) -> None:
+        """Record ``fix`` after ``settle`` s, under the name its ifindex has by then."""
+        self._state.settling.append(fix)
+        loop = asyncio.get_running_loop()
+        handle: asyncio.TimerHandle
+
+        def due() -> None:
+            self._timers.discard(handle)
+            self._settled(1)
+
+        handle = loop.call_later(self.settle, due)
+        self._timers.add(handle)
+
+    def _settled(self, count: int) -> None:
+        """Record the ``count`` oldest settling corrections (they are due in order)."""
+        st = self._state
+        due, st.settling = st.settling[:count], st.settling[count:]
+        for fix in due:
+            self._record(fix)
+
+    def renamed(self, ifindex: int, new: str) -> None:
+        """Interface ``ifindex`` is now called ``new``: move what we hold under its old
+        name (report, problems, gauges, counters, drift not yet reported or recorded).
+        If ``new`` matches none of the patterns, forget the interface instead."""
+        st = self._state
+        old = st.names.get(ifindex)
+        if old is None or old == new:
+            return
+        log.info("%s was renamed %s (ifindex %d)", old, new, ifindex,
+                 extra={"interface": new, "renamed_from": old})
+        del st.names[ifindex]
+        report = st.interfaces.pop(old, None)
+        st.bad = {(new, *k[1:]) if k[0] == old else k for k in st.bad}
+        st.pending_drift = [replace(f, interface=new) if f.interface == old else f
+                            for f in st.pending_drift]
+        st.settling = [replace(f, interface=new) if f.ifindex == ifindex else f
+                       for f in st.settling]
+        if self.metrics is not None:
+            self.metrics.rename(old, new)
+        if report is not None:
+            st.interfaces[new] = replace(report, interface=new)
+            st.names[ifindex] = new
+        if not names_match(new, self.patterns):
+            self.forget(new)
 
     def _emit_drift(self, fix: Correction) -> None:
         self._emit(Event(DRIFT_EVENT,
@@ -358,6 +517,7 @@ class Enforcer:
 
     def forget(self, interface: str) -> None:
         self._state.interfaces.pop(interface, None)
+        self._state.names = {i: n for i, n in self._state.names.items() if n != interface}
         self._state.bad = {k for k in self._state.bad if k[0] != interface}
         if self.metrics is not None:
             self.metrics.forget(interface)
@@ -382,17 +542,23 @@ class Enforcer:
         async with LinkListener(netns=self._netns) as links, \
                 contextlib.aclosing(aiter(links)) as events:
             await self.reconcile("recheck")  # after bind: nothing slips between
-            async for event, ifname, _ in events:
+            async for event, ifname, ifindex in events:
                 if event == DELLINK:
                     if ifname in self._state.interfaces:
                         log.info("%s went away", ifname, extra={"interface": ifname})
                         self.forget(ifname)
                     continue
+                if ifname and ifindex:
+                    self.renamed(ifindex, ifname)
                 if not ifname or not names_match(ifname, self.patterns):
                     continue
-                await self.reconcile("link_event", only=ifname)
+                await self.reconcile("link_event", only=ifname, defer=True)
 
     async def close(self) -> None:
+        for handle in self._timers:
+            handle.cancel()
+        self._timers.clear()
+        self._settled(len(self._state.settling))  # nothing made is left unrecorded
         self._executor.shutdown(wait=False, cancel_futures=True)
         source, self._source = self._source, None
         closer = getattr(source, "close", None)
@@ -414,7 +580,22 @@ def problem_text(iface: InterfaceReport, feature: str, problem: str) -> str:
 def _real_source() -> FeatureSource:
     from edgeheal.ethtool import Ethtool  # noqa: PLC0415
 
-    return Ethtool()
+    class IndexedEthtool(Ethtool):
+        """Ethtool plus name <-> ifindex (in the calling thread's network namespace)."""
+
+        def index(self, ifname: str) -> int:
+            try:
+                return socket.if_nametoindex(ifname)
+            except (OSError, ValueError):
+                return 0
+
+        def name(self, ifindex: int) -> str | None:
+            try:
+                return socket.if_indextoname(ifindex)
+            except (OSError, ValueError):
+                return None
+
+    return IndexedEthtool()
 
 
 def _enter_netns(name: str) -> None:

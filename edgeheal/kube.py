@@ -19,10 +19,17 @@ request function gives every call the same timeout, retry and error policy:
 - 401 and 403 are never retried: :class:`KubePermissionError` names the verb, resource and
   namespace that is missing (the RBAC rule to add), or says the credentials were rejected;
 - the token is only ever inside the HTTP client's auth object: no log line, error or repr
-  here contains a header.
+  here contains a header. A transport error is described from its type, the errno or TLS
+  reason under it and the call, never with ``str()`` of the HTTP library's exception: h11's
+  ``Illegal header value b'Bearer <token>\\n'`` once carried a token into ``/status`` and the
+  log (issue 17). A token is checked before it is used (:func:`token_problem`: one line of
+  printable ASCII; a YAML block scalar ``token: |`` keeps a trailing newline, which kubectl
+  does not strip either), and ``edgeheal check-config`` checks the kubeconfig the same way
+  (:func:`check_kubeconfig`), naming the key, never the value.
 
 Pod safety: :meth:`KubeClient.delete_pod` re-reads the pod and refuses unless it is still
-on this node with the same uid, then deletes with ``preconditions.uid`` so a pod that was
+on this node with the same uid (one already Terminating is left to finish, never deleted
+again), then deletes with ``preconditions.uid`` so a pod that was
 replaced in between is never deleted by mistake (409 -> :class:`KubeConflict`).
 """
 
@@ -31,7 +38,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
+import re
+import ssl
+import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -51,6 +62,9 @@ BACKOFF_MAX = 8.0
 EVENT_NAMESPACE = "default"
 """Where Node events go (as kubelet's do): Nodes are cluster-scoped."""
 COMPONENT = "edgeheal"
+QUIET_LOGGERS = ("httpcore2", "httpx2", "h11")
+"""The HTTP library's loggers: its debug traces quote exceptions that quote request headers
+(the bearer token), so they never log below WARNING once a client exists."""
 
 
 class KubeError(Exception):
@@ -102,6 +116,152 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# --- credentials ----------------------------------------------------------------------------
+
+KUBECONFIG_MAX = 1 << 20
+"""Largest kubeconfig read by :func:`check_kubeconfig`, bytes."""
+
+
+def token_problem(token: object) -> str:
+    """Why ``token`` cannot be sent as ``Authorization: Bearer <token>``, or ``""``. Never
+    quotes the token."""
+    if not isinstance(token, str):
+        return "is not a string"
+    if not token:
+        return "is empty"
+    if "\n" in token or "\r" in token:
+        body = token.rstrip("\r\n")
+        where = "ends with" if body and "\n" not in body and "\r" not in body else "contains"
+        return (f"{where} a line break (a YAML block scalar such as `token: |` keeps the "
+                "newline; write `token: <value>` on one line); the value is not shown")
+    if any(c in " \t" for c in token):
+        return "contains a space or tab; the value is not shown"
+    if not all("!" <= c <= "~" for c in token):
+        return ("contains a character that cannot go into an HTTP header (only printable "
+                "ASCII); the value is not shown")
+    return ""
+
+
+def check_kubeconfig(path: str, context: str = "") -> None:
+    """Check a kubeconfig file as far as it can be checked offline: YAML, the context, its
+    user's token (:func:`token_problem`), and the files it names. Raise :class:`KubeError`
+    naming the file and the key (``users[edgeheal].user.token``), never a value."""
+    doc = _kubeconfig_document(path)
+
+    def named(section: str, name: object) -> dict[str, Any]:
+        for entry in doc.get(section) or ():
+            if isinstance(entry, dict) and entry.get("name") == name:
+                return entry
+        raise KubeError(f"{path}: no entry named {_label(name)} under {section}")
+
+    chosen = context or doc.get("current-context")
+    if not chosen:
+        raise KubeError(f"{path}: no current-context; set [kubernetes] context")
+    ctx = named("contexts", chosen).get("context")
+    if not isinstance(ctx, dict):
+        raise KubeError(f"{path}: contexts[{_label(chosen)}].context is missing")
+    cluster_key = f"clusters[{_label(ctx.get('cluster'))}].cluster"
+    cluster = named("clusters", ctx.get("cluster")).get("cluster") or {}
+    if not isinstance(cluster, dict) or not cluster.get("server"):
+        raise KubeError(f"{path}: {cluster_key}.server is missing")
+    files = [(f"{cluster_key}.certificate-authority", cluster.get("certificate-authority"))]
+    if ctx.get("user") is not None:
+        user = named("users", ctx.get("user")).get("user") or {}
+        where = f"users[{_label(ctx.get('user'))}].user"
+        if not isinstance(user, dict):
+            raise KubeError(f"{path}: {where} is not a mapping")
+        if "token" in user and (problem := token_problem(user["token"])):
+            raise KubeError(f"{path}: {where}.token {problem}")
+        files += [(f"{where}.{key}", user.get(key))
+                  for key in ("tokenFile", "client-certificate", "client-key")]
+    for key, name in files:
+        if name is not None:
+            full = os.path.join(os.path.dirname(path), str(name))  # as kubectl resolves it
+            try:
+                _read_regular(full, limit=0)
+            except (OSError, ValueError) as err:
+                why = err.strerror if isinstance(err, OSError) else str(err)
+                raise KubeError(f"{path}: {key}: {_label(full)}: {why}") from None
+
+
+def _kubeconfig_document(path: str) -> dict[str, Any]:
+    import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 - lightkube's dependency
+
+    try:
+        data = _read_regular(path)
+    except OSError as err:
+        raise KubeError(f"{path}: cannot read: {err.strerror}") from None
+    except ValueError as err:
+        raise KubeError(f"{path}: {err}") from None
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as err:  # its text quotes the line: the token, perhaps
+        mark = getattr(err, "problem_mark", None)
+        line = f" on line {mark.line + 1}" if mark is not None else ""
+        raise KubeError(f"{path}: not valid YAML{line}") from None
+    except RecursionError:
+        raise KubeError(f"{path}: not valid YAML (nested too deeply)") from None
+    if not isinstance(doc, dict):
+        raise KubeError(f"{path}: not a kubeconfig (expected a YAML mapping)")
+    return doc
+
+
+def _label(name: object) -> str:
+    """A kubeconfig's own name (context, user, file), made safe to print on one line."""
+    text = str(name)
+    return text if re.fullmatch(r"[\w.@:/+-]{1,200}", text) else repr(text[:60])
+
+
+def _read_regular(path: str, *, limit: int = KUBECONFIG_MAX) -> bytes:
+    """The first ``limit`` bytes of a regular file (``limit=0``: only check it opens);
+    ValueError for anything but a regular file or a file larger than ``limit``."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        if not limit:
+            return b""
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"larger than {limit >> 10} KiB")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _transport_problem(err: BaseException) -> str:
+    """Describe an HTTP transport error without ``str(err)``, which may quote a request
+    header (the bearer token): its type, and the errno or TLS reason found under it."""
+    name = type(err).__name__
+    detail = {
+        "LocalProtocolError": "the request is not valid HTTP (a credential with a line break "
+                              "or another character a header cannot hold?)",
+        "RemoteProtocolError": "the server's answer is not valid HTTP, or it closed the "
+                               "connection",
+        "ConnectError": "cannot connect to the API server",
+        "ReadError": "the connection failed while reading",
+        "WriteError": "the connection failed while writing",
+        "CloseError": "the connection failed while closing",
+        "ProxyError": "the proxy refused the connection",
+        "UnsupportedProtocol": "the server URL's scheme is not http or https",
+    }.get(name, "transport error")
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            detail += f": TLS: {cause.verify_message}"
+            break
+        if isinstance(cause, ssl.SSLError):
+            detail += f": TLS: {cause.reason or type(cause).__name__}"
+            break
+        if isinstance(cause, OSError) and cause.strerror:
+            detail += f": {cause.strerror}"
+            break
+        cause = cause.__cause__ or cause.__context__
+    return f"{name}: {detail}"
+
+
 class KubeClient:
     def __init__(self, settings: KubernetesSettings, *,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -129,6 +289,9 @@ class KubeClient:
             from lightkube.config.kubeconfig import KubeConfig  # noqa: PLC0415
             from lightkube.core.exceptions import ConfigError  # noqa: PLC0415
 
+            for name in QUIET_LOGGERS:
+                quiet = logging.getLogger(name)
+                quiet.setLevel(max(logging.WARNING, quiet.getEffectiveLevel()))
             source = self.settings.kubeconfig or "in-cluster service account"
             try:
                 if self.settings.kubeconfig:
@@ -143,18 +306,37 @@ class KubeClient:
                                     "[kubernetes] context", status=None)
                 if config.user is None:
                     raise KubeError(f"{source}: context {config.context_name!r} has no user")
+                if config.user.token is not None and not config.user.token_file \
+                        and (problem := token_problem(config.user.token)):
+                    raise KubeError(f"{source}: the token of context "
+                                    f"{config.context_name!r} {problem}")
                 params = client_adapter.ConnectionParams(
                     timeout=httpx2.Timeout(self.settings.request_timeout), trust_env=False)
                 self._http = client_adapter.AsyncClient(config, params)
-            except (ConfigError, KeyError, OSError, ValueError, TypeError) as err:
-                # KeyError: missing context/cluster/user names or in-cluster env vars
+            except KubeError:
+                raise
+            except (ConfigError, KeyError) as err:
+                # lightkube's own words, or a missing context/cluster/user name or
+                # in-cluster environment variable: names, never values
                 raise KubeError(f"cannot load Kubernetes credentials from {source}: "
-                                f"{type(err).__name__}: {err}") from err
-            except Exception as err:  # yaml/msgspec/ssl errors: name them, nothing more
+                                f"{type(err).__name__}: {err}") from None
+            except OSError as err:
                 raise KubeError(f"cannot load Kubernetes credentials from {source}: "
-                                f"{type(err).__name__}") from err
+                                f"{err.strerror or type(err).__name__}"
+                                f"{f': {err.filename}' if err.filename else ''}") from None
+            except Exception as err:  # yaml/msgspec/ssl/value errors may quote the file:
+                # name the type, nothing more
+                raise KubeError(f"cannot load Kubernetes credentials from {source}: "
+                                f"{type(err).__name__}") from None
             self._config = config
         return self._http
+
+    def _secret(self) -> str:
+        """The inline token of the loaded kubeconfig ("" for none or a token file), to blank
+        it should an answer quote it."""
+        user = getattr(self._config, "user", None)
+        token = getattr(user, "token", None)
+        return token.strip() if isinstance(token, str) and len(token.strip()) >= 8 else ""
 
     async def close(self) -> None:
         if self._http is not None:
@@ -181,14 +363,14 @@ class KubeClient:
             try:
                 resp = await http.request(method, path, params=dict(params or {}),
                                           content=content, headers=headers)
-            except httpx2.TimeoutException as err:
+            except httpx2.TimeoutException:
                 problem: str = f"timed out after {self.settings.request_timeout:g}s"
                 status, retry_after = None, None
-                cause: Exception = err
+                cause: Exception = KubeError(problem)
             except httpx2.TransportError as err:
-                problem = f"{type(err).__name__}: {err}"
+                problem = _transport_problem(err)  # never str(err): it may quote a header
                 status, retry_after = None, None
-                cause = err
+                cause = KubeError(problem)
             else:
                 if resp.status_code < 300:
                     try:
@@ -198,7 +380,7 @@ class KubeClient:
                                         "a body that is not JSON") from err
                     return data if isinstance(data, dict) else {"items": data}
                 status = resp.status_code
-                message = _status_message(resp)
+                message = _status_message(resp, self._secret())
                 if status in (401, 403):
                     raise _permission(status, what, message, self.settings.kubeconfig)
                 if status == 404:
@@ -249,6 +431,10 @@ class KubeClient:
         if current.uid != pod.uid:
             raise KubeConflict(f"pod {pod.ref} was replaced (uid {current.uid} != "
                                f"{pod.uid}): not deleting it")
+        if current.deleting:  # already Terminating: its replacement is on the way
+            log.info("kubernetes: pod %s is already terminating; not deleting it again",
+                     pod.ref)
+            return current
         data = await self.request(
             "DELETE", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
             what=f"delete pods in namespace {pod.namespace}",
@@ -277,7 +463,7 @@ class KubeClient:
                                    headers={"Accept": "application/json"}) as resp:
                 if resp.status_code >= 300:
                     await resp.aread()
-                    message = _status_message(resp)
+                    message = _status_message(resp, self._secret())
                     if resp.status_code in (401, 403):
                         raise _permission(resp.status_code, what, message,
                                           self.settings.kubeconfig)
@@ -300,7 +486,7 @@ class KubeClient:
                     if pod.node == node:
                         yield kind, pod
         except httpx2.HTTPError as err:
-            raise KubeError(f"{what}: {type(err).__name__}: {err}") from err
+            raise KubeError(f"{what}: {_transport_problem(err)}") from None
 
     async def wait_replacement(self, namespace: str, label_selector: str, node: str, *,
                                old_uid: str, within: float,
@@ -331,7 +517,8 @@ class KubeClient:
                 raise
             except KubeError as err:
                 log.info("kubernetes: %s; listing again", err)
-                await self._sleep(min(1.0, max(0.0, deadline - clock())))
+                if err.status != 410:  # 410 Expired: the version is gone, re-list at once
+                    await self._sleep(min(1.0, max(0.0, deadline - clock())))
         seen = (f"replacement {last.ref} is {last.phase or 'Pending'}, "
                 f"{'ready' if last.ready else 'not ready'}") if last else "no replacement pod"
         raise KubeError(f"no Ready replacement for the Flannel pod on node {node} within "
@@ -370,14 +557,23 @@ class KubeClient:
                            content_type="application/strategic-merge-patch+json")
 
 
-def _status_message(resp: Any) -> str:
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)\s+[^\s'\"]+")
+
+
+def _status_message(resp: Any, secret: str = "") -> str:
+    """The API's own words about a failed call, shortened, with anything shaped like a
+    credential (``Bearer <token>``) and our own token blanked: a server or proxy may echo
+    a header back."""
     try:
         data = resp.json()
     except ValueError:
-        return (resp.text or "").strip()[:200] or resp.reason_phrase
-    if isinstance(data, dict) and data.get("message"):
-        return str(data["message"])[:300]
-    return str(resp.reason_phrase)
+        text = (resp.text or "").strip()[:200] or str(resp.reason_phrase)
+    else:
+        text = (str(data["message"])[:300] if isinstance(data, dict) and data.get("message")
+                else str(resp.reason_phrase))
+    if secret:
+        text = text.replace(secret, "<redacted>")
+    return _CREDENTIAL.sub(lambda m: f"{m.group(1)} <redacted>", text)
 
 
 def _retry_after(resp: Any) -> float | None:

@@ -26,9 +26,35 @@ The ladder (first matching rule wins):
    enforcer alone; the action records the offload check's state.
 3. a *failed* tunnel: WireGuard ``failed`` with reason ``stalled``/``dead``/
    ``never_connected`` (or ``no_peers``/``interface_missing``: Flannel lost the peers or
-   the device it manages, which a restart rebuilds), or a tunnel-path MQTT target
-   ``failed`` while every direct-path target is ``ok``. Anything else (``unknown``, not
-   yet measured) is no evidence: no action.
+   the device it manages, which a restart rebuilds), ``send_failing``, or a tunnel-path
+   MQTT target ``failed`` while every direct-path target is ``ok``. Anything else
+   (``unknown``, not yet measured) is no evidence: no action.
+3b. ``send_failing`` (the device cannot send: a keepalive was due and did not leave) is
+   never a restart, whatever the safeguards say; the check's ``detail.cause`` decides the
+   ``skip`` reason and the message:
+
+   =====================================  ======================  ========================
+   cause                                  skip reason             why no restart
+   =====================================  ======================  ========================
+   ``no_address``/``no_route``/           ``uplink_down``         the uplink is gone; a
+   ``link_down``/``no_endpoint``                                  new device sends through
+                                                                  the same missing route
+   ``local``                              ``local_send_failure``  route, link and address
+                                                                  are fine: something on
+                                                                  this host drops the
+                                                                  packets (a firewall
+                                                                  rule), and a restart
+                                                                  does not remove it
+   anything else (``unknown``)            ``send_failing``        the host's routing or
+                                                                  firewall, not Flannel's
+                                                                  state
+   =====================================  ======================  ========================
+
+   The evidence for ``local``: the lab's output-drop case (nftables ``drop`` in the edge
+   namespace's output hook, ``sendmsg`` -> EPERM) keeps failing across a device
+   re-creation, which is what a Flannel restart does to ``flannel-wg``; the rule is not
+   Flannel's (Flannel's own rules accept 51820). The alert (``wireguard.send_failing``)
+   carries the cause; the direct-path target tells the rest.
 4. a failed tunnel passes the safeguards in this order, each a ``skip`` with its reason:
    ``paused`` (operator), ``circuit_open``, ``direct_path_down`` (a direct-path target
    fails too: the uplink or the cloud is down, a restart cannot help), ``uplink_settling``
@@ -76,6 +102,10 @@ FAILED_REASONS = frozenset({"stalled", "dead", "never_connected", "no_peers",
 and ``interface_missing`` are Flannel's own state gone wrong (it lost the peers or the
 device it manages): exactly what a restart rebuilds from the cluster's data."""
 DEGRADED_REASONS = frozenset({"rekey_failing"})
+SEND_FAILING = "send_failing"
+"""The WireGuard reason for a device that cannot send; never a restart (rung 3b)."""
+UPLINK_CAUSES = frozenset({"no_address", "no_route", "link_down", "no_endpoint"})
+"""``send_failing`` causes that mean the uplink is gone (edgeheal.wg.egress)."""
 
 ActionKind = Literal["restart", "skip", "watch", "open_circuit", "close_circuit"]
 CURED: frozenset[str] = frozenset({"recovered"})
@@ -192,6 +222,8 @@ class TunnelView:
     wireguard: State | None = None
     """The WireGuard check's effective state; None when absent or not run yet."""
     wireguard_reason: str = ""
+    wireguard_cause: str = ""
+    """For ``send_failing``: why the device cannot send (the check's ``detail.cause``)."""
     tunnel_mqtt: Mapping[str, State] = field(default_factory=dict)
     direct_mqtt: Mapping[str, State] = field(default_factory=dict)
     offload: State | None = None
@@ -218,7 +250,8 @@ class TunnelView:
 
     def failure(self) -> str | None:
         """The reason the tunnel counts as failed (a restart rung), or None."""
-        if self.wireguard is State.FAILED and self.wireguard_reason in FAILED_REASONS:
+        if self.wireguard is State.FAILED and (self.wireguard_reason in FAILED_REASONS
+                                               or self.wireguard_reason == SEND_FAILING):
             return f"wireguard_{self.wireguard_reason}"
         failing = [n for n, s in self.tunnel_mqtt.items() if s is State.FAILED]
         if failing and self.direct_mqtt and all(s is State.OK
@@ -250,6 +283,8 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
             direct_since) == len(direct) else -math.inf,
         mode=mode,
         wireguard=wg.state if wg else None, wireguard_reason=wg.reason if wg else "",
+        wireguard_cause=(str(wg.detail.get("cause") or "")
+                         if wg and wg.reason == SEND_FAILING else ""),
         tunnel_mqtt=tunnel, direct_mqtt=direct,
         offload=off.state if off else None, offload_reason=off.reason if off else "",
         started_mono=snapshot.started_mono, booted_mono=booted_mono)
@@ -271,6 +306,8 @@ def decide(view: TunnelView, history: History, now: float,
             return [Action("watch", view.wireguard_reason,
                            f"tunnel degraded ({view.wireguard_reason}): no restart; {offload}")]
         return []
+    if failure == f"wireguard_{SEND_FAILING}":
+        return [_send_failing(view)]
     if history.paused(now):
         until = ("until resumed" if history.paused_until == math.inf
                  else f"for {history.paused_until - now:.0f}s more"  # type: ignore[operator]
@@ -315,6 +352,23 @@ def decide(view: TunnelView, history: History, now: float,
     verb = "would restart" if settings.dry_run else "restart"
     return [Action("restart", failure, f"{failure}: {verb} Flannel ({view.mode})",
                    dry_run=settings.dry_run)]
+
+
+def _send_failing(view: TunnelView) -> Action:
+    """Rung 3b: the device cannot send; say why, never restart."""
+    cause = view.wireguard_cause or "unknown"
+    if cause in UPLINK_CAUSES:
+        return Action("skip", "uplink_down", (
+            f"wireguard_send_failing ({cause}): the uplink is gone, a Flannel restart "
+            "cannot send through it; the direct-path target tells the rest"))
+    if cause == "local":
+        return Action("skip", "local_send_failure", (
+            "wireguard_send_failing (local): route, link and address are fine but the "
+            "tunnel's packets cannot leave this host (a local firewall rule?); a Flannel "
+            "restart does not remove it"))
+    return Action("skip", SEND_FAILING, (
+        f"wireguard_send_failing ({cause}): the host cannot send the tunnel's packets; "
+        "a Flannel restart does not change its routes or firewall"))
 
 
 def budget_left(history: History, now: float, settings: RemediationSettings) -> int:

@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from hypothesis import settings
 
 from edgeheal.lab import netns
 from edgeheal.lab.netns import Sandbox
@@ -26,6 +27,14 @@ CI_ALLOWED_SKIPS: dict[str, str] = {
 }
 """Skips CI accepts. Everything else that skips or xfails under ``CI=true`` fails the run
 (:mod:`tests.skipguard`): a program missing from install.sh must not quietly turn tests off."""
+
+
+settings.register_profile("ci", derandomize=True, database=None, deadline=None,
+                          max_examples=100, print_blob=True)
+"""The fuzzers in CI: the same examples every run (derandomized), bounded in number."""
+settings.register_profile("long", deadline=None, max_examples=5000)
+"""A local hunt: ``EDGEHEAL_HYPOTHESIS_PROFILE=long pytest tests/hardening``."""
+settings.load_profile(os.environ.get("EDGEHEAL_HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

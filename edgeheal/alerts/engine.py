@@ -29,6 +29,13 @@ the agent and handed to the engine's constructor (the target's mqtt check reads 
 object through ``Context.alert_link``); the engine runs it, drains over it and closes it.
 With ``[alerts] target`` empty there is no connection: alerts are kept (bounded) in the
 outbox and written to the log.
+
+Faults of the outbox itself (a full disk, a read-only or foreign-owned ``state_dir``, a
+corrupt file) never stop an alert from being raised: the outbox holds what it cannot write
+in a bounded memory queue (delivered from there, written later); ``/status``
+(``alerts.outbox``) and ``edgeheal_alert_outbox_fault{fault}`` say which fault is in
+force, and every alert that is finally lost is counted (``edgeheal_alerts_dropped_total``)
+and reported by an ``alerts.dropped`` alert.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
 from edgeheal.alerts import kinds
-from edgeheal.alerts.outbox import DROPPED_KIND, Outbox
+from edgeheal.alerts.outbox import DROPPED_KIND, FAULTS, RETRY_EVERY, Outbox
 from edgeheal.alerts.payload import Alert, UlidFactory
 from edgeheal.alerts.payload import build as build_alert
 from edgeheal.model import CheckStatus, Snapshot, State, rfc3339
@@ -62,8 +69,12 @@ RUNNING_MARKER = "agent.running"
 """Present while the agent runs; found at start-up, it means the last run did not end
 cleanly (kill -9, crash, power loss)."""
 MAX_TEST_ALERTS = 1000
+MAX_TEST_WAIT = 30.0
+"""Longest ``alert.test`` may wait for the broker's acknowledgements (seconds)."""
 PRUNE_EVERY = 60.0
 RETRY_AFTER_REJECT = 5.0
+LINK_RESTART_MAX = 60.0
+"""Longest pause before the link's task is restarted after a crash."""
 
 NOT_YET = ("pending", "connecting")
 """Reasons that mean "no verdict yet": they never open a problem."""
@@ -99,11 +110,14 @@ class AlertEngine:
         self.alerts_topic = f"{prefix}/{self.node}/alerts"
         self.status_topic = f"{prefix}/{self.node}/status"
         self.state_dir = Path(cfg.agent.state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:  # the outbox reports it (and keeps alerts in memory)
+            log.error("cannot create state_dir %s: %s", self.state_dir, err.strerror or err)
         self.outbox = Outbox(self.state_dir / OUTBOX_FILE,
                              max_count=self.settings.outbox_max_count,
                              max_age=self.settings.outbox_max_age,
-                             wall=lambda: self.wall().timestamp())
+                             wall=lambda: self.wall().timestamp(), clock=ctx.clock)
         self.link = link
         self._mqtt_targets = {t.name: t for t in cfg.mqtt.targets}
         reg = ctx.registry
@@ -115,9 +129,19 @@ class AlertEngine:
                              "Alerts in the durable outbox, not yet acknowledged.",
                              registry=reg)
         self.m_dropped = Counter("edgeheal_alerts_dropped",
-                                 "Alerts dropped from the outbox by its count or age bound.",
-                                 registry=reg)
+                                 "Undelivered alerts lost: the outbox's count or age bound, "
+                                 "a full memory queue while the outbox could not be "
+                                 "written, or a corrupt outbox file.", registry=reg)
+        self.m_fault = Gauge("edgeheal_alert_outbox_fault",
+                             "1 for the fault that keeps the outbox database from being "
+                             "written (alerts are held in memory meanwhile), else 0.",
+                             ["fault"], registry=reg)
+        self.m_memory = Gauge("edgeheal_alert_memory_queue",
+                              "Alerts held in memory because the outbox database cannot "
+                              "be written.", registry=reg)
         self._wake = asyncio.Event()
+        self._awaited: dict[str, asyncio.Future[None]] = {}
+        """Alert ids ``alert.test`` waits on, resolved on their PUBACK."""
         self._status_doc: dict[str, Any] | None = None
         self._status_sent: dict[str, Any] | None = None
         self._closed = False
@@ -126,7 +150,12 @@ class AlertEngine:
         self._last_prune = -1e18
         self.previous_run = self._previous_run()
         self._mark_running()
-        self.m_depth.set(self.outbox.depth())
+        self._gauges()
+        if self.outbox.lost_unknown:
+            self.raise_alert(DROPPED_KIND, "the alert outbox was corrupt and was moved aside; "
+                             "an unknown number of undelivered alerts were lost",
+                             {"dropped": 0, "unknown": True, "bound": "outbox_corrupt",
+                              "moved_aside": str(self.outbox.moved_aside)})
         ctx.control("alert.test", self._alert_test)
         self.raise_alert("agent.started", f"edgeheal agent started on {self.node} "
                          f"(previous run: {self.previous_run})",
@@ -142,12 +171,16 @@ class AlertEngine:
 
     def _mark_running(self) -> None:
         marker = self.state_dir / RUNNING_MARKER
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, f"{os.getpid()}\n".encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, f"{os.getpid()}\n".encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as err:  # a full or read-only state_dir: the outbox reports it
+            log.error("cannot write %s (%s): the next start cannot tell whether this run "
+                      "ended cleanly", marker, err.strerror or err)
 
     def _load_problems(self) -> dict[str, _Problem]:
         raw = self.outbox.get_meta("problems")
@@ -177,19 +210,34 @@ class AlertEngine:
                             required=required, ids=self.ids)
         dropped = self.outbox.add(alert.id, kind, self.wall().timestamp(), alert.encode())
         self.m_raised.labels(kind=kind).inc()
-        log.log(_LEVEL[alert.severity], "alert %s %s%s: %s", alert.kind, alert.id,
-                " (reminder)" if reminder else "", alert.message,
+        if self.outbox.fault is not None:
+            alert_log = f" (held in memory: the outbox is {self.outbox.fault})"
+        else:
+            alert_log = ""
+        log.log(_LEVEL[alert.severity], "alert %s %s%s%s: %s", alert.kind, alert.id,
+                " (reminder)" if reminder else "", alert_log, alert.message,
                 extra={"alert_id": alert.id, "kind": alert.kind,
                        "correlation": alert.correlation})
         if dropped:
             self._note_dropped(dropped, "outbox_max_count")
-        self.m_depth.set(self.outbox.depth())
+        self._collect_drops()
+        self._gauges()
         self._wake.set()
         return alert
 
+    def _collect_drops(self) -> None:
+        for bound, count in self.outbox.take_drops().items():
+            self._note_dropped(count, bound)
+
+    def _gauges(self) -> None:
+        self.m_depth.set(self.outbox.depth())
+        self.m_memory.set(self.outbox.memory_depth)
+        for fault in FAULTS:
+            self.m_fault.labels(fault=fault).set(1 if self.outbox.fault == fault else 0)
+
     def _note_dropped(self, count: int, bound: str) -> None:
         self.m_dropped.inc(count)
-        log.warning("alert outbox bound %s hit: dropped the %d oldest undelivered alert(s)",
+        log.warning("alert outbox (%s): dropped the %d oldest undelivered alert(s)",
                     bound, count, extra={"kind": DROPPED_KIND})
         pending = self.outbox.latest(DROPPED_KIND)
         if pending is not None:
@@ -206,6 +254,10 @@ class AlertEngine:
                           "max_age_seconds": self.settings.outbox_max_age})
 
     def _prune(self) -> None:
+        if self.outbox.fault is not None or self.outbox.memory_depth:
+            self.outbox.retry()
+            self._collect_drops()
+            self._gauges()
         now = self.ctx.clock()
         if now - self._last_prune < PRUNE_EVERY:
             return
@@ -213,7 +265,13 @@ class AlertEngine:
         dropped = self.outbox.prune()
         if dropped:
             self._note_dropped(dropped, "outbox_max_age")
-        self.m_depth.set(self.outbox.depth())
+        self._collect_drops()
+        self._gauges()
+
+    def _pause(self) -> float:
+        """How long the delivery loops sleep when idle: shorter while the outbox is faulty
+        (its memory queue is retried)."""
+        return RETRY_EVERY if self.outbox.fault is not None else PRUNE_EVERY
 
     # --- the agent's inputs -----------------------------------------------------------------
 
@@ -313,10 +371,30 @@ class AlertEngine:
                 or not 1 <= count <= MAX_TEST_ALERTS:
             raise ValueError(f"count must be an integer from 1 to {MAX_TEST_ALERTS}, "
                              f"got {count!r}")
-        ids = [self.raise_alert("agent.test", f"test alert {i} of {count} from {self.node}",
-                                {"index": i, "count": count}).id
-               for i in range(1, count + 1)]
-        return {"raised": count, "ids": ids, "outbox_depth": self.outbox.depth(),
+        wait = args.get("wait", 0)
+        if isinstance(wait, bool) or not isinstance(wait, int | float) \
+                or not 0 <= wait <= MAX_TEST_WAIT:
+            raise ValueError(f"wait must be a number of seconds from 0 to {MAX_TEST_WAIT:g}, "
+                             f"got {wait!r}")
+        loop = asyncio.get_running_loop()
+        ids = []
+        for i in range(1, count + 1):
+            alert_id = self.raise_alert("agent.test", f"test alert {i} of {count} from "
+                                        f"{self.node}", {"index": i, "count": count}).id
+            ids.append(alert_id)
+            if wait and self.link is not None:
+                self._awaited[alert_id] = loop.create_future()
+        futures = [self._awaited[i] for i in ids if i in self._awaited]
+        try:
+            if futures:
+                await asyncio.wait(futures, timeout=float(wait))
+        finally:
+            for alert_id in ids:
+                self._awaited.pop(alert_id, None)
+        published = sum(1 for f in futures if f.done())
+        return {"raised": count, "ids": ids, "published": published,
+                "queued": count - published, "waited_seconds": wait,
+                "outbox_depth": self.outbox.depth(),
                 "target": self.settings.target, "topic": self.alerts_topic}
 
     # --- delivery ---------------------------------------------------------------------------
@@ -339,12 +417,10 @@ class AlertEngine:
             while True:
                 self._prune()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), PRUNE_EVERY)
+                    await asyncio.wait_for(self._wake.wait(), self._pause())
                 self._wake.clear()
         link = self.link
-        runner = asyncio.create_task(
-            link.run(will=self.will, on_state=lambda _state: self._wake.set()),
-            name="edgeheal.alerts.link")
+        runner = asyncio.create_task(self._keep_link(link), name="edgeheal.alerts.link")
         try:
             await self._drain(link)
         except asyncio.CancelledError:
@@ -355,6 +431,23 @@ class AlertEngine:
         finally:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
+
+    async def _keep_link(self, link: Link) -> None:
+        """Run the link; if its task ever dies, log it and restart it with capped backoff
+        (the drain waits for the link, so a dead link task would silence every alert)."""
+        delay = 1.0
+        while not link.closing:
+            began = self.ctx.clock()
+            try:
+                await link.run(will=self.will, on_state=lambda _state: self._wake.set())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("alert link task crashed; restarting it in %.0fs", delay)
+            if self.ctx.clock() - began > 5 * LINK_RESTART_MAX:
+                delay = 1.0
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LINK_RESTART_MAX)
 
     async def _drain(self, link: Link) -> None:
         while True:
@@ -374,12 +467,15 @@ class AlertEngine:
                     if entry is None:
                         self._wake.clear()
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), PRUNE_EVERY)
+                            await asyncio.wait_for(self._wake.wait(), self._pause())
                         continue
                     await link.publish(self.alerts_topic, entry.payload)
                     self.outbox.delete(entry.seq)
                     self.m_published.inc()
-                    self.m_depth.set(self.outbox.depth())
+                    awaited = self._awaited.get(entry.id)
+                    if awaited is not None and not awaited.done():
+                        awaited.set_result(None)
+                    self._gauges()
                     log.debug("alert %s delivered (PUBACK)", entry.id,
                               extra={"alert_id": entry.id, "kind": entry.kind})
             except MqttError as err:
@@ -399,20 +495,29 @@ class AlertEngine:
                 await self.link.close(final, limit=1.0)
         finally:
             self._save_problems()
-            self.outbox.close()
-            (self.state_dir / RUNNING_MARKER).unlink(missing_ok=True)
+            lost = self.outbox.close()
+            if lost:
+                self.m_dropped.inc(lost)
+            try:
+                (self.state_dir / RUNNING_MARKER).unlink(missing_ok=True)
+            except OSError as err:
+                log.error("cannot remove %s: %s", RUNNING_MARKER, err.strerror or err)
 
     def view(self) -> dict[str, Any]:
         """For /status: delivery state at a glance."""
+        box = self.outbox
         return {"target": self.settings.target,
                 "connected": bool(self.link and self.link.connected),
-                "outbox_depth": self.outbox.depth() if not self._closed else None,
+                "outbox_depth": box.depth() if not self._closed else None,
+                "outbox": {"state": box.fault or "ok", "message": box.fault_message,
+                           "memory_queue": box.memory_depth},
                 "open_problems": {n: p.correlation for n, p in self._problems.items()}}
 
 
 def _dropped_message(total: int) -> str:
     return (f"{total} undelivered alert(s) were dropped from the outbox (oldest first) "
-            "because a bound was hit")
+            "because a bound was hit, it could not be written, or it was corrupt "
+            "(detail.bound says which, last)")
 
 
 def _overall(snapshot: Snapshot) -> str:

@@ -38,8 +38,10 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
         "crashed or power loss) or `none` (first start)."),
     "agent.test": Kind("info", "A test alert asked for with `edgeheal alert test`."),
     "alerts.dropped": Kind(
-        "warning", "The outbox hit a bound (`outbox_max_count`/`outbox_max_age`); "
-        "`detail.dropped` alerts were lost, oldest first."),
+        "warning", "Undelivered alerts were lost, oldest first: `detail.dropped` of them; "
+        "`detail.bound` says why (`outbox_max_count`, `outbox_max_age`, `memory_queue`: "
+        "the outbox could not be written and memory was full, `outbox_corrupt`: the file "
+        "was moved aside, with `detail.unknown` if its alerts could not be counted)."),
 }
 """The kinds of the subsystems above the checks (remediation, the agent, the alert
 pipeline) and the generic ``check.*`` pair for a check module without its own kinds."""

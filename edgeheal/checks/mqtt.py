@@ -9,7 +9,13 @@ Two ways of observing, both free of threads and subprocesses:
 
 - an ordinary target is probed every ``interval`` (default 60 s): one CONNECT answered by
   CONNACK, then DISCONNECT (:func:`edgeheal.mqtt.probe`); with TLS the session is resumed
-  from the previous probe, which keeps the bytes per probe small;
+  from the previous probe, which keeps the bytes per probe small. Frugal in health, quick
+  in doubt: after a failed probe (or while the target is not ok) the agent re-probes
+  after ``retry_interval`` (2 s) rather than ``interval``, so ``fail_after`` and
+  ``recover_after`` are reached in seconds; and the WireGuard check, when its counters
+  raise a suspicion, asks for the tunnel-path probe at once (``Context.hasten``). The
+  scheduling is the agent's (:func:`edgeheal.agent.next_due`); the reasoning behind the
+  defaults is in ``docs/mqtt.md``;
 - the ``[alerts] target`` is never probed: its kept-open connection
   (``Context.alert_link``, built once by the agent and run by the alert engine) already
   proves or disproves reachability with its keepalive, so the check only reads the link's
@@ -27,7 +33,9 @@ reason              state    meaning
 ``timeout``         failed   no CONNACK / keepalive answer within the deadline
 ``unreachable``     failed   refused, no route, unresolvable host, connection lost
 ``protocol_error``  failed   the peer is not an MQTT broker
-``config_error``    failed   password_file or a TLS file cannot be read
+``config_error``    failed   password_file or a TLS file cannot be read, or a setting
+                             cannot be sent (host name, client id)
+``internal_error``  failed   an unexpected error in edgeheal while connecting (logged)
 ``connecting``      unknown  the alert link has not finished its first attempt
 ==================  =======  ===========================================================
 
@@ -56,7 +64,7 @@ log = logging.getLogger(__name__)
 STATES = {"ok": State.OK, "refused": State.FAILED, "tls_error": State.FAILED,
           "timeout": State.FAILED, "unreachable": State.FAILED,
           "protocol_error": State.FAILED, "config_error": State.FAILED,
-          "connecting": State.UNKNOWN}
+          "internal_error": State.FAILED, "connecting": State.UNKNOWN}
 """The closed reason -> state table (see the module docstring)."""
 
 
@@ -184,6 +192,13 @@ def _validate(config: Config) -> None:
         seen[target.name] = key
         if not target.host:
             raise ConfigError(f"{key}.host", "is required")
+        from edgeheal.mqtt import client_id, host_problem, string_problem  # noqa: PLC0415
+        if (problem := host_problem(target.host)) is not None:
+            raise ConfigError(f"{key}.host", problem)
+        if (problem := string_problem(client_id(target, config.node))) is not None:
+            raise ConfigError(f"{key}.client_id", f"the client id {problem}")
+        if (problem := string_problem(target.username)) is not None:
+            raise ConfigError(f"{key}.username", problem)
         if not 0 < target.port < 65536:
             raise ConfigError(f"{key}.port", f"expected 1-65535, got {target.port}")
         if target.tls is False and (target.ca_file or target.cert_file or target.key_file):

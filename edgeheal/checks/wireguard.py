@@ -11,13 +11,22 @@ Reasons (closed table; each maps to exactly one state)::
 
     reason             state     meaning
     ok                 ok        handshakes current, rx growing (or the peer is idle)
-    rekey_failing      degraded  handshake older than rekey_failing_after (auto:
-                                 120 s + K + 3 x 5 s): rekey attempts go unanswered while
-                                 the session still works; it dies at 180 s (the incident)
+    rekey_failing      degraded  the rekey began (traffic moved once the handshake was
+                                 120 s old) and 12 s later (3 attempts) no handshake; or,
+                                 without such traffic, the handshake is older than
+                                 rekey_failing_after (auto: 120 s + K + 3 x 5 s). The
+                                 session still works; it dies at 180 s (the incident)
     stalled            failed    rx flat for rx_stall_after (auto: 2.5 x K + 5 s) while tx grows,
                                  on a peer with keepalive: nothing comes back (a stall
                                  that began once a rekey was due counts only after 180 s:
                                  the peer's rekey retries suppress its keepalives)
+    send_failing       failed    on a peer with keepalive, nothing sent or received for
+                                 send_fail_after (auto: K + 5 s), or tx flat that long
+                                 while the peer's data went unanswered for 12 s, or tx
+                                 flat for K + 15 s while only its keepalives arrive: a
+                                 keepalive was due and could not leave; detail.cause says
+                                 why (no_route, link_down, no_address, local,
+                                 no_endpoint, unknown: edgeheal.wg.egress)
     dead               failed    handshake older than dead_after (auto: 180 s + K): the
                                  session is refused by both ends
     never_connected    failed    no handshake ever, connect_grace after the peer appeared
@@ -30,6 +39,22 @@ Reasons (closed table; each maps to exactly one state)::
 The check's result is the worst *watched* peer (see ``watch_peers``); every peer, watched
 or not, is listed in ``detail`` with its own reason, so a powered-off edge box elsewhere in
 Flannel's full mesh is visible but never makes this node restart its Flannel.
+
+Suspicion: the counters are read every run anyway, so a watched peer whose data got no
+answer within 12 s (a peer answers data within KEEPALIVE_TIMEOUT), whose rx has been
+silent, or whose tx has been flat, for K + 5 s, or whose rekey got no answer within 7 s,
+is *suspect* (``detail.suspect``, each peer's ``suspicion``); so is a busy tunnel on which
+nothing has moved either way for 4 s when rtnetlink, asked once per such silence, says the
+uplink's address, route or link is gone (``uplink_gone``: a send failure leaves no other
+trace in the counters before K + 5 s). The check then asks the
+supervisor to run every enabled tunnel-path MQTT target now (``Context.hasten``): once when
+the suspicion starts and again every :data:`HASTEN_EVERY` seconds while it lasts, at most
+:data:`HASTEN_MAX` times per episode. A failed verdict (:data:`HASTEN_VERDICTS`:
+``no_peers``, ``interface_missing``, ``dead``, ``stalled``, ``send_failing``,
+``never_connected``) does the same, and starts a new episode when it follows a suspicion;
+and the first ok result after such a verdict asks once more (the repair is confirmed, and
+readiness and the remediator's verification follow at once).
+A healthy tunnel is never suspect, so nothing extra happens in the steady state.
 
 The per-peer judgement (history on the monotonic clock, thresholds, reasons) is the pure
 health model in :mod:`edgeheal.wg.health`, shared with ``edgeheal diagnose``; this module
@@ -49,7 +74,16 @@ from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
 from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
-from edgeheal.wg.health import REASONS, PeerHistory, classify, observe, thresholds
+from edgeheal.wg.egress import Egress
+from edgeheal.wg.health import (
+    REASONS,
+    PeerHistory,
+    classify,
+    observe,
+    quiet_after_data,
+    suspicion,
+    thresholds,
+)
 from edgeheal.wg.model import (
     DeviceStats,
     NoSuchDevice,
@@ -67,6 +101,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "wireguard"
+HASTEN_EVERY = 5.0
+"""Seconds between two requests to run the tunnel-path MQTT targets while a watched peer
+stays suspect."""
+HASTEN_MAX = 6
+"""Requests per suspicion episode (the first included): 30 s of quick confirmations, then
+the targets' own intervals (and their own re-probing while they fail) take over."""
+UPLINK_GONE = frozenset({"no_address", "no_route", "link_down"})
+"""Egress causes that make a busy tunnel's sudden silence a suspicion (``uplink_gone``)."""
+HASTEN_VERDICTS = frozenset({"no_peers", "interface_missing", "dead", "stalled",
+                             "send_failing", "never_connected"})
+"""Failed verdicts that ask for the tunnel-path MQTT targets at once, like a suspicion:
+the tunnel cannot carry them, so readiness should not wait for the probes' own interval."""
 
 
 # --- which peers matter -----------------------------------------------------------------
@@ -129,6 +175,8 @@ class PeerView:
     watched: bool
     reason: str
     message: str
+    suspicion: tuple[str, str] | None = None
+    send_failure: dict[str, Any] | None = None
 
     @property
     def state(self) -> State:
@@ -143,6 +191,10 @@ class PeerView:
             "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes,
             "persistent_keepalive": self.keepalive, "watched": self.watched,
             "reason": self.reason, "state": self.state.value, "message": self.message,
+            "suspect": self.suspicion is not None,
+            "suspicion": None if self.suspicion is None else {
+                "signal": self.suspicion[0], "message": self.suspicion[1]},
+            **({"send_failure": self.send_failure} if self.send_failure is not None else {}),
         }
 
 
@@ -157,8 +209,18 @@ class WireguardCheck:
 
     def __init__(self, ctx: Context, *, reader: Reader | None = None,
                  wall: Callable[[], float] | None = None,
-                 resolve: Callable[[str], Awaitable[list[str]]] | None = None) -> None:
+                 resolve: Callable[[str], Awaitable[list[str]]] | None = None,
+                 egress: Egress | None = None) -> None:
         self.ctx = ctx
+        self._egress = egress or Egress()
+        self._sources: dict[tuple[str, str], tuple[str | None, str | None]] = {}
+        """(interface, peer) -> (endpoint, the source address the kernel chose for it),
+        learned once per endpoint: the evidence for ``no_address`` later."""
+        self._suspect_since: float | None = None
+        self._hastened: tuple[float, int] = (0.0, 0)
+        self._verdict = False
+        self._was_failed = False
+        self._uplink: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
         self._resolve = resolve or _resolve
         self.settings: CheckSettings = ctx.config.wireguard
         self._settings: WireguardSettings = ctx.config.wireguard
@@ -272,20 +334,106 @@ class WireguardCheck:
                 seen.add(key)
                 hist = observe(self._history.get(key), peer, now=now, wall=wall)
                 self._history[key] = hist
-                reason, message = classify(hist, now, thresholds(
-                    self._settings, peer.persistent_keepalive))
+                limits = thresholds(self._settings, peer.persistent_keepalive)
+                if peer.persistent_keepalive > 0:
+                    await self._learn(key, peer.endpoint)
+                reason, message = classify(hist, now, limits)
+                failure = None
+                if reason == "send_failing":
+                    failure = await self._why_not_sending(key, peer.endpoint)
+                    message = f"{message}: {failure['cause']} ({failure['message']})"
+                suspect = suspicion(hist, now, limits)
+                if (suspect is None and reason == "ok" and peer.public_key in watched
+                        and quiet_after_data(hist, now)):
+                    suspect = await self._uplink_gone(key, peer.endpoint, hist)
                 views.append(PeerView(
                     interface=device.interface, peer=peer.fingerprint,
                     endpoint=peer.endpoint, allowed_ips=peer.allowed_ips,
                     handshake_age=hist.handshake_age(now), rx_bytes=peer.rx_bytes,
                     tx_bytes=peer.tx_bytes, keepalive=peer.persistent_keepalive,
-                    watched=peer.public_key in watched, reason=reason, message=message))
+                    watched=peer.public_key in watched, reason=reason, message=message,
+                    suspicion=suspect, send_failure=failure))
                 self._log_change(key, views[-1])
         for key in set(self._history) - seen:
             del self._history[key]
             self._reasons.pop(key, None)
+            self._sources.pop(key, None)
+            self._uplink.pop(key, None)
         self._views = tuple(views)
-        return self._result(devices, views, problems, missing)
+        result = self._result(devices, views, problems, missing)
+        doubts = [f"peer {v.peer} on {v.interface} is suspect ({v.suspicion[1]})"
+                  for v in views if v.watched and v.suspicion is not None]
+        if result.state is State.FAILED and result.reason in HASTEN_VERDICTS:
+            doubts.insert(0, f"the tunnel is {result.reason}")
+        self._confirm(doubts, now, verdict=result.reason in HASTEN_VERDICTS)
+        failed = result.state is State.FAILED and result.reason in HASTEN_VERDICTS
+        if self._was_failed and result.state is State.OK:
+            # Back from a failed verdict (a repair, a Flannel restart): confirm over the
+            # tunnel path now, so readiness and the remediator's verification follow at
+            # once rather than at the probes' next interval. One request per recovery.
+            log.info("the tunnel is back: confirming over the tunnel path",
+                     extra={"check": NAME})
+            self._hasten_tunnel()
+        self._was_failed = failed or (self._was_failed and result.state is not State.OK)
+        return result
+
+    def _hasten_tunnel(self) -> None:
+        for target in self.ctx.config.mqtt.targets:
+            if target.enabled and target.path == "tunnel":
+                self.ctx.hasten(target.name)
+
+    async def _learn(self, key: tuple[str, str], endpoint: str | None) -> None:
+        """Remember the source address for a new endpoint (one route lookup per endpoint,
+        none in the steady state)."""
+        known = self._sources.get(key)
+        if known is not None and known[0] == endpoint:
+            return
+        address = endpoint_address(endpoint)
+        source = await self._egress.learn(address) if address is not None else None
+        self._sources[key] = (endpoint, source)
+
+    async def _uplink_gone(self, key: tuple[str, str], endpoint: str | None,
+                           hist: PeerHistory) -> tuple[str, str] | None:
+        """A busy tunnel fell silent at once: is the uplink's address, route or link gone?
+        One rtnetlink question per silence (the answer is kept until a counter moves)."""
+        moved = max(hist.rx_grew_at, hist.tx_grew_at)
+        asked = self._uplink.get(key)
+        if asked is None or asked[0] != moved:
+            found = await self._why_not_sending(key, endpoint)
+            asked = (moved, found if found["cause"] in UPLINK_GONE else None)
+            self._uplink[key] = asked
+        if asked[1] is None:
+            return None
+        return "uplink_gone", (f"a busy tunnel fell silent and the uplink is gone: "
+                               f"{asked[1]['cause']} ({asked[1]['message']})")
+
+    async def _why_not_sending(self, key: tuple[str, str], endpoint: str | None,
+                               ) -> dict[str, Any]:
+        """The egress diagnosis of a ``send_failing`` peer (only then: rtnetlink asks)."""
+        known = self._sources.get(key)
+        found = await self._egress.diagnose(
+            endpoint_address(endpoint),
+            source=known[1] if known is not None and known[0] == endpoint else None)
+        return {"cause": found.cause, "message": found.message, **found.detail}
+
+    def _confirm(self, doubts: list[str], now: float, *, verdict: bool) -> None:
+        """Ask for the tunnel-path MQTT targets now while a watched peer is suspect or the
+        tunnel has failed (bounded: see :data:`HASTEN_EVERY`, :data:`HASTEN_MAX`). A failed
+        verdict that follows a suspicion starts a new episode: it is stronger evidence."""
+        if not doubts:
+            if self._suspect_since is not None:
+                log.debug("suspicion over", extra={"check": NAME})
+            self._suspect_since, self._hastened, self._verdict = None, (0.0, 0), False
+            return
+        last, count = self._hastened
+        if self._suspect_since is None or (verdict and not self._verdict):
+            self._suspect_since, self._verdict = now, verdict
+            last, count = now, 0
+            log.info("%s: confirming over the tunnel path", doubts[0], extra={"check": NAME})
+        elif count >= HASTEN_MAX or now - last < HASTEN_EVERY:
+            return
+        self._hasten_tunnel()
+        self._hastened = (now, count + 1)
 
     def _log_change(self, key: tuple[str, str], view: PeerView) -> None:
         """One log line when a peer's reason changes (a new healthy peer: debug only)."""
@@ -311,6 +459,9 @@ class WireguardCheck:
             "watch_peers": ("auto" if self._settings.watch_peers == "auto"
                             else list(self._settings.watch_peers)),
             "peers": [v.to_json() for v in views],
+            "suspect": any(v.watched and v.suspicion is not None for v in views),
+            "suspicion": [f"peer {v.peer} on {v.interface}: {v.suspicion[1]}" for v in views
+                          if v.watched and v.suspicion is not None],
         }
         if not devices:
             if problems:
@@ -343,6 +494,10 @@ class WireguardCheck:
                                f"({len(views) - n} other(s))", detail)
         bad = [c for c in candidates if c[0] is worst[0]]
         extra = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
+        if worst[1] == "send_failing":
+            # The policy's evidence: why the worst watched peer's sends fail.
+            first = next(v for v in watched if v.reason == "send_failing")
+            detail["cause"] = (first.send_failure or {}).get("cause", "unknown")
         return CheckResult(worst[0], worst[1], worst[2] + extra, detail)
 
 
@@ -367,6 +522,11 @@ KINDS: dict[str, Kind] = {
         problem=True),
     "wireguard.stalled": Kind(
         "critical", "Data is sent through the tunnel but nothing comes back.", problem=True),
+    "wireguard.send_failing": Kind(
+        "critical", "The device cannot send to its peer (a keepalive was due and did not "
+        "leave); the message and `detail.observed.cause` say why: `no_route`, `link_down`, "
+        "`no_address` (the uplink is gone) or `local` (e.g. a local firewall drop).",
+        problem=True),
     "wireguard.dead": Kind(
         "critical", "No handshake for longer than REJECT_AFTER_TIME: the tunnel carries "
         "nothing.", problem=True),
@@ -411,7 +571,8 @@ def _validate(config: Config) -> None:
                 raise ConfigError(f"wireguard.watch_peers[{i}]",
                                   f"expected a base64 public key (44 characters) or an "
                                   f"endpoint CIDR, got {entry!r}") from None
-    for key in ("rekey_failing_after", "dead_after", "rx_stall_after", "connect_grace"):
+    for key in ("rekey_failing_after", "dead_after", "rx_stall_after", "send_fail_after",
+                "connect_grace"):
         value = getattr(wg, key)
         if isinstance(value, float) and value <= 0:
             raise ConfigError(f"wireguard.{key}", "must be greater than zero")
@@ -425,5 +586,6 @@ checks.register(checks.Registration(
     NAME, factory, names=lambda config: (NAME,) if config.wireguard.interfaces else (),
     doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=_validate))
 
-__all__ = ["KINDS", "NAME", "PeerView", "WireguardCheck", "listed_peers", "route_peers"]
+__all__ = ["HASTEN_VERDICTS", "KINDS", "NAME", "PeerView", "WireguardCheck", "listed_peers",
+           "route_peers"]
 

@@ -35,6 +35,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--quiet", action="store_true", help="no live timeline")
     p.add_argument("--quick", action="store_true",
                    help="shortened long scenarios (lossy-link 90 s, flapping-uplink 3 flaps)")
+    p.add_argument("--field", action="store_true",
+                   help="field timings: WireGuard keepalive 25 s (Flannel's) and the agent "
+                   "on its shipped defaults instead of the lab's fast tuning (slower)")
     p.set_defaults(func=run)
 
 
@@ -70,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(run_scenario(scenario, workdir, edges=args.edges,
                                           agent=False if args.no_agent else None,
-                                          live=not args.quiet, quick=args.quick))
+                                          live=not args.quiet, quick=args.quick,
+                                          field=args.field))
     except KeyboardInterrupt:
         print("edgeheal lab: interrupted; everything it made was removed", file=sys.stderr)
         return ExitCode.CONDITION_FALSE

@@ -11,9 +11,9 @@ into the kubeconfig an edge node needs: the API server URL, the cluster CA from 
 Secret, the token, nothing else. It runs offline, writes the file with mode 0600 and never
 prints the token. Never give the agent K3s's admin ``k3s.yaml``.
 
-Exit codes: 0 done; 2 usage (a bad duration, an unusable Secret, an existing output file
-without ``--force``); 3 the agent is not reachable (not running, or not root); 1 the agent
-refused the command.
+Exit codes: 0 done; 2 usage (a bad duration — ``--for`` takes 1s to 30d —, an unusable
+Secret, an existing output file without ``--force``); 3 the agent is not reachable (not
+running, or not root); 1 the agent refused the command.
 """
 
 from __future__ import annotations
@@ -56,19 +56,23 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.config import format_duration, parse_duration  # noqa: PLC0415
+    from edgeheal.config import format_duration  # noqa: PLC0415
     from edgeheal.control import ControlError, call  # noqa: PLC0415
+    from edgeheal.remediation.operator import pause_seconds  # noqa: PLC0415
     from edgeheal.validation import load  # noqa: PLC0415
 
-    config = load(getattr(args, "config", None))
     command = args.remediation_command
     payload: dict[str, Any] = {}
-    if command == "pause" and args.duration:
-        try:
-            payload["for"] = format_duration(parse_duration(args.duration))
+    if command == "pause" and args.duration is not None:
+        try:  # checked before anything else: a bad --for never reaches the agent
+            seconds = pause_seconds(args.duration)
+            if seconds is None:
+                raise ValueError("an empty duration (leave --for out to pause until resumed)")
         except ValueError as err:
             print(f"edgeheal: --for: {err}", file=sys.stderr)
             return ExitCode.USAGE
+        payload["for"] = format_duration(seconds)
+    config = load(getattr(args, "config", None))
     try:
         view = call(config.agent.state_dir, f"remediation.{command}", payload)
     except ControlError as err:

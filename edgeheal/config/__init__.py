@@ -22,6 +22,7 @@ bad config never loops.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from edgeheal.config import parse, validate
@@ -45,22 +46,62 @@ from edgeheal.config.schema import (
     doc,
     setting,
 )
-from edgeheal.config.validate import check_sections
+from edgeheal.config.validate import check_sections, file_settings
 
 DEFAULT_PATH = Path("/etc/edgeheal/edgeheal.toml")
 ENV_VAR = "EDGEHEAL_CONFIG"
 
 
+MAX_SIZE = 1 << 20
+"""Largest configuration file read, bytes (the example is about 2 KB)."""
+
+
 def read(path: str | os.PathLike[str] | None = None) -> tuple[str, str]:
     """(text, file name) of the configuration: ``path``, else ``$EDGEHEAL_CONFIG``, else
-    :data:`DEFAULT_PATH`."""
+    :data:`DEFAULT_PATH` (an empty ``$EDGEHEAL_CONFIG`` counts as unset; an empty ``path``,
+    i.e. ``--config ""``, is an error, never a fall-back to another file).
+
+    Only a regular file of at most :data:`MAX_SIZE` bytes of UTF-8 is read: a FIFO, a
+    device (``/dev/zero``), a socket or a directory is refused at once, without a read
+    that could block or never end."""
+    if path is not None and not os.fspath(path):
+        raise ConfigError("", "--config: the path is empty (leave --config out for "
+                          f"${ENV_VAR} or {DEFAULT_PATH})")
     file = Path(path or os.environ.get(ENV_VAR) or DEFAULT_PATH)
     try:
-        return file.read_text(encoding="utf-8"), str(file)
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError("", "no such configuration file", file=file) from None
+    except ValueError:  # a NUL in the path
+        raise ConfigError("", f"not a usable path: {str(file)!r}") from None
     except OSError as err:
         raise ConfigError("", f"cannot read: {err.strerror}", file=file) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ConfigError("", "is a directory, not a configuration file", file=file)
+        if not stat.S_ISREG(mode):
+            raise ConfigError("", "not a regular file (a FIFO, device or socket); give the "
+                              "configuration file itself", file=file)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SIZE and (chunk := os.read(fd, MAX_SIZE + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as err:
+        raise ConfigError("", f"cannot read: {err.strerror}", file=file) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_SIZE:
+        raise ConfigError("", f"larger than {MAX_SIZE >> 20} MiB: not a configuration "
+                          "file", file=file)
+    try:
+        return data.decode("utf-8"), str(file)
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ConfigError("", f"not UTF-8 text (an invalid byte on line {line}, at offset "
+                          f"{err.start}); save the file as UTF-8", file=file) from None
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Config:
@@ -80,10 +121,10 @@ def loads(text: str, *, source: str = "<string>") -> Config:
 
 
 __all__ = [
-    "DEFAULT_PATH", "ENV_VAR", "OFFLOAD_DEFAULT_FEATURES", "REDACTED", "AgentSettings",
-    "AlertSettings", "CheckSettings", "Config", "ConfigError", "HttpSettings",
+    "DEFAULT_PATH", "ENV_VAR", "MAX_SIZE", "OFFLOAD_DEFAULT_FEATURES", "REDACTED",
+    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "HttpSettings",
     "KubernetesSettings", "MqttSettings", "MqttTarget", "OffloadSettings", "PodRemedySettings",
     "RemediationSettings", "ServiceSettings", "WireguardSettings", "check_sections", "doc",
-    "format_duration", "load", "loads", "parse_duration", "read", "redacted", "reference",
-    "setting", "split_hostport",
+    "file_settings", "format_duration", "load", "loads", "parse_duration", "read", "redacted",
+    "reference", "setting", "split_hostport",
 ]

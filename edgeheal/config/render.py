@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any
 
-from edgeheal.config.parse import format_duration
+from edgeheal.config.parse import DURATION_BOUNDS, format_duration
 from edgeheal.config.schema import Config
 
 REDACTED = "<redacted>"
@@ -57,9 +57,24 @@ def reference() -> list[tuple[str, str, str]]:
                 walk(sub, key + ("[]" if sub is not tp else ""))  # type: ignore[arg-type]
                 continue
             default = f.default if f.default is not dataclasses.MISSING else None
-            shown = (format_duration(default) if f.metadata.get("duration")
+            duration = bool(f.metadata.get("duration"))
+            shown = (format_duration(default) if duration
                      and isinstance(default, float) else default)
-            rows.append((key, json.dumps(shown), f.metadata.get("doc", "")))
+            rows.append((key, json.dumps(shown), f.metadata.get("doc", "")
+                         + _constraints(f.metadata)))
 
     walk(Config, "")
     return rows
+
+
+def _constraints(meta: Any) -> str:
+    """What the parser enforces beyond the type, as a sentence for the reference."""
+    out = ""
+    bounds = meta.get("bounds") or (DURATION_BOUNDS if meta.get("duration") else None)
+    if bounds is not None:
+        fmt = format_duration if meta.get("duration") else (lambda v: f"{v:g}")
+        out += f" Range: {fmt(bounds[0])} to {fmt(bounds[1])}."
+    if meta.get("file"):
+        out += (" An absolute path; `check-config` also checks that the file exists and "
+                "is readable.")
+    return out

@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
-def doc(text: str, *, secret: bool = False, duration: bool = False) -> dict[str, Any]:
-    return {"doc": text, "secret": secret, "duration": duration}
+def doc(text: str, *, secret: bool = False, duration: bool = False,
+        bounds: tuple[float, float] | None = None, file: bool = False) -> dict[str, Any]:
+    """Field metadata. ``bounds``: the accepted (least, most) value of a number, shown in
+    the reference and enforced by the parser (a duration without bounds gets
+    :data:`edgeheal.config.parse.DURATION_BOUNDS`). ``file``: a path that must be absolute
+    and, for ``check-config``, an existing readable regular file."""
+    return {"doc": text, "secret": secret, "duration": duration, "bounds": bounds,
+            "file": file}
 
 
 def setting(default: Any, text: str, **kw: Any) -> Any:
@@ -35,7 +41,7 @@ class AgentSettings:
         "systemd's StateDirectory= creates it.")
     check_interval: float = setting(
         5.0, "Default cadence of every check, seconds. A check section may override it "
-        "with `interval`.", duration=True)
+        "with `interval`.", duration=True, bounds=(0.1, 86400.0))
     log_level: Literal["debug", "info", "warning", "error"] = setting(
         "info", "Log threshold.")
 
@@ -56,15 +62,22 @@ class CheckSettings:
     enabled: bool = setting(True, "Run this check.")
     interval: float | None = setting(
         None, "Cadence of this check, seconds. Default: `agent.check_interval`.",
-        duration=True)
+        duration=True, bounds=(0.1, 86400.0))
     timeout: float = setting(
         5.0, "A run that takes longer is abandoned and counts as `unknown` (reason "
-        "`check_timeout`).", duration=True)
+        "`check_timeout`).", duration=True, bounds=(0.1, 600.0))
     fail_after: int = setting(
         2, "Consecutive results at least as bad as a new, worse state before it becomes "
         "effective. 2 means one lost packet never flips a probe.")
     recover_after: int = setting(
         2, "Consecutive better results before a bad state clears.")
+    retry_interval: float | None = setting(
+        None, "Quick re-check while in doubt: after a result that is not ok, or while the "
+        "effective state is not ok, the next run starts this long after the last one ended "
+        "instead of after `interval` (never later), for the first 5 minutes of the doubt. "
+        "So `fail_after` and `recover_after` are reached in seconds, and a healthy check "
+        "costs nothing extra. Default: none (a failure is re-checked at `interval`).",
+        duration=True, bounds=(0.1, 86400.0))
     required: bool = setting(
         False, "The check gates `/readyz` (and nothing else).")
 
@@ -90,7 +103,7 @@ class OffloadSettings(CheckSettings):
         True, "Turn features off. false: observe and report only.")
     interval: float | None = setting(
         60.0, "Re-verify cadence (safety net; link events are acted on at once).",
-        duration=True)
+        duration=True, bounds=(0.1, 86400.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,16 +117,30 @@ class WireguardSettings(CheckSettings):
         "CIDRs. Other peers are reported but never drive the check's state.")
     rekey_failing_after: float | Literal["auto"] = setting(
         "auto", "Handshake age past which unanswered rekey attempts count as "
-        "`rekey_failing`. auto: 120 s + keepalive + 3 x REKEY_TIMEOUT.", duration=True)
+        "`rekey_failing`. auto: 120 s + keepalive + 3 x REKEY_TIMEOUT.", duration=True,
+        bounds=(1.0, 86400.0))
     dead_after: float | Literal["auto"] = setting(
         "auto", "Handshake age that means `dead`. auto: REJECT_AFTER_TIME (180 s) + "
-        "keepalive: past it the session is refused.", duration=True)
+        "keepalive: past it the session is refused.", duration=True, bounds=(1.0, 86400.0))
     rx_stall_after: float | Literal["auto"] = setting(
         "auto", "rx not growing this long while tx grows means `stalled`. auto: 2.5 x the "
-        "peer's keepalive interval.", duration=True)
+        "peer's keepalive interval.", duration=True, bounds=(1.0, 86400.0))
+    send_fail_after: float | Literal["auto"] = setting(
+        "auto", "On a peer with persistent keepalive, nothing sent or received this long "
+        "means `send_failing` (a keepalive was due and could not leave), as does tx flat this "
+        "long while the peer's data went unanswered for 12 s. auto: keepalive + 5 s, and "
+        "keepalive + 15 s for tx flat while only the peer's keepalives arrive (one end of an "
+        "idle tunnel may skip a round). An explicit value sets both.",
+        duration=True, bounds=(1.0, 86400.0))
+    interval: float | None = setting(
+        2.0, "Cadence of the counter reads. The check reads the devices' counters only (no "
+        "traffic, no subprocess), so it runs every 2 s: a blackhole on a busy tunnel is "
+        "suspect 12 s after the first unanswered data and a rekey that goes unanswered is "
+        "seen within 10 s (docs/wireguard.md, \"Why these thresholds\").", duration=True,
+        bounds=(0.1, 86400.0))
     connect_grace: float = setting(
         30.0, "How long a new interface or peer may take for its first handshake.",
-        duration=True)
+        duration=True, bounds=(0.0, 86400.0))
     required: bool = setting(True, "The check gates `/readyz`.")
 
 
@@ -126,24 +153,37 @@ class MqttTarget(CheckSettings):
         "direct", "Which network path this target exercises: `tunnel` (through Flannel's "
         "WireGuard, like the collectors) or `direct` (the host's own route).")
     tls: bool = setting(False, "Use TLS (then `ca_file`, optional `cert_file`/`key_file`).")
-    ca_file: str = setting("", "CA bundle for TLS. Empty: the system store.")
-    cert_file: str = setting("", "Client certificate for TLS client authentication.")
-    key_file: str = setting("", "Client key for `cert_file`.")
+    ca_file: str = setting("", "CA bundle for TLS. Empty: the system store.", file=True)
+    cert_file: str = setting("", "Client certificate for TLS client authentication.",
+                             file=True)
+    key_file: str = setting("", "Client key for `cert_file`.", file=True)
     server_name: str = setting("", "TLS server name to verify. Default: `host`.")
     protocol: Literal["3.1.1", "5"] = setting("3.1.1", "MQTT protocol version.")
     username: str = setting("", "User name; empty for anonymous.")
     password_file: str = setting(
-        "", "File holding the password (never the password inline).")
+        "", "File holding the password (never the password inline).", file=True)
     client_id: str = setting("", "Client id. Default: `edgeheal-<node>-<target>`.")
     keepalive: float = setting(
         20.0, "MQTT keepalive of the kept-open alert connection, seconds. It is the direct "
         "path's reachability signal, so it must notice an outage before the tunnel check "
         "blames the tunnel: keep it well below the tunnel's stall window (2.5 x Flannel's "
-        "25 s WireGuard keepalive). 20 s costs about 0.7 MB a day.", duration=True)
+        "25 s WireGuard keepalive). 20 s costs about 0.7 MB a day.", duration=True,
+        bounds=(1.0, 65535.0))
     interval: float | None = setting(
-        60.0, "Probe cadence. One probe is one CONNECT/CONNACK/DISCONNECT (~100 bytes "
-        "plus TCP).", duration=True)
-    timeout: float = setting(5.0, "A probe that takes longer is `timeout`.", duration=True)
+        60.0, "Probe cadence while healthy. One probe is one CONNECT/CONNACK/DISCONNECT "
+        "(~650 bytes with TCP; ~1.3 KB through the tunnel). A suspicion raised by the "
+        "WireGuard check runs the tunnel-path probe at once instead (docs/mqtt.md).",
+        duration=True, bounds=(1.0, 86400.0))
+    timeout: float = setting(
+        4.0, "A probe that takes longer is `timeout`. 4 s still lets TCP retransmit a lost "
+        "SYN twice (at 1 s and 3 s), so random loss alone rarely fails a probe, and a dead "
+        "path is confirmed 2 s sooner than with 5 s. Also the connect deadline of the "
+        "kept-open alert connection.", duration=True, bounds=(1.0, 600.0))
+    retry_interval: float | None = setting(
+        2.0, "After a failed probe (or while the target is not ok) the next probe starts "
+        "this long after the last one ended, for the first 5 minutes: with `fail_after = 2` "
+        "a dead path is reported 2 x `timeout` + 2 s after the first failing probe starts, "
+        "and a recovery within a few seconds.", duration=True, bounds=(1.0, 86400.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,14 +199,16 @@ class AlertSettings:
         "direct path). Empty: alerts are kept in the outbox and logged only.")
     topic_prefix: str = setting("edgeheal", "Topics are `<prefix>/<node>/alerts|status`.")
     reminder_interval: float = setting(
-        1800.0, "While a problem lasts, a reminder alert this often.", duration=True)
+        1800.0, "While a problem lasts, a reminder alert this often.", duration=True,
+        bounds=(60.0, 7 * 86400.0))
     outbox_max_count: int = setting(
         10000, "Most alerts kept while the broker is unreachable; the oldest are dropped.")
     outbox_max_age: float = setting(
-        7 * 86400.0, "Alerts older than this are dropped from the outbox.", duration=True)
+        7 * 86400.0, "Alerts older than this are dropped from the outbox.", duration=True,
+        bounds=(60.0, 365 * 86400.0))
     reconnect_max: float = setting(
         60.0, "Cap of the jittered exponential backoff between reconnects of the alert "
-        "connection (it starts at 1 s).", duration=True)
+        "connection (it starts at 1 s).", duration=True, bounds=(1.0, 3600.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +223,7 @@ class ServiceSettings:
     timeout: float = setting(
         120.0, "How long the restart job plus the unit becoming `active` again may take "
         "before the restart counts as failed (K3s's start includes containerd).",
-        duration=True)
+        duration=True, bounds=(1.0, 3600.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,10 +232,10 @@ class KubernetesSettings:
         "", "Kubeconfig file for the agent's own service account (client certificate or "
         "token, custom CA: K3s's format; `edgeheal kubeconfig` writes one). Empty: in-cluster "
         "service-account credentials. Never K3s's admin `k3s.yaml`. The section's presence "
-        "enables the Kubernetes side (pods, Events on the Node, the Node condition).")
+        "enables the Kubernetes side (pods, Events on the Node, the Node condition).", file=True)
     context: str = setting("", "Kubeconfig context to use. Empty: the current context.")
     request_timeout: float = setting(
-        10.0, "Timeout of every single API call.", duration=True)
+        10.0, "Timeout of every single API call.", duration=True, bounds=(1.0, 600.0))
     retries: int = setting(
         4, "Retries of a call answered 429 (after `Retry-After`) or 5xx, or that timed out, "
         "with exponential backoff and jitter.")
@@ -210,7 +252,7 @@ class PodRemedySettings:
     label_selector: str = setting("app=flannel", "Label selector of Flannel's pods.")
     ready_timeout: float = setting(
         60.0, "How long the replacement pod may take to be Running and Ready.",
-        duration=True)
+        duration=True, bounds=(1.0, 3600.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,23 +263,25 @@ class RemediationSettings:
         "picks `pod` when a Flannel pod runs on this node, else `k3s-service` when the unit "
         "exists, else `none`, and says why in /status and the log.")
     dry_run: bool = setting(False, "Log and alert what would be done; do nothing.")
-    cooldown: float = setting(120.0, "Least time between two restarts.", duration=True)
+    cooldown: float = setting(120.0, "Least time between two restarts.", duration=True,
+                               bounds=(0.0, 86400.0))
     max_per_hour: int = setting(
         3, "Most restarts in any sliding hour, across agent restarts on the same boot.")
     startup_grace: float = setting(
-        60.0, "No restart this soon after the agent or the node started.", duration=True)
+        60.0, "No restart this soon after the agent or the node started.", duration=True,
+        bounds=(0.0, 86400.0))
     give_up_after: int = setting(
         3, "Restarts in a row that did not cure the tunnel before the circuit opens (no "
         "more restarts, a critical alert; it closes when the tunnel is healthy again or on "
         "`edgeheal remediation reset`).")
     verify_timeout: float = setting(
         60.0, "How long to wait for the tunnel to recover after a restart (fresh handshake, "
-        "rx growing, tunnel-path MQTT ok).", duration=True)
+        "rx growing, tunnel-path MQTT ok).", duration=True, bounds=(0.1, 3600.0))
     uplink_settle: float = setting(
         30.0, "After the direct path comes back from an outage, the tunnel gets this long to "
         "recover by itself before a restart is considered: an uplink outage stalls the "
         "tunnel too, and restarting Flannel the moment the uplink returns would 'heal' an "
-        "outage that was never the tunnel's.", duration=True)
+        "outage that was never the tunnel's.", duration=True, bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
 

@@ -9,6 +9,11 @@ so the cloud's kernel drops it and counts ``InCsumErrors`` — the incident's ex
 Transport data and keepalives pass untouched, as they did in the field (the established
 session kept working until it had to rekey). With offload off, everything passes.
 
+Like the carrier's NAT, the relay keeps one mapping for the edge: when the edge's packets
+start coming from a new address (the modem got a new one with a new data session), it
+opens a new mapping on a new port, so the cloud sees the edge at a new endpoint and learns
+it by WireGuard's roaming (the next authenticated packet), as in the field.
+
 Why a relay and not an nftables rule in the edge: on veth, a packet sent while TX offload is
 on reaches the peer as CHECKSUM_PARTIAL and is never verified, so ``udp checksum set`` in
 the edge has no effect exactly when offload is on. A datagram sent from a raw socket with a
@@ -108,15 +113,21 @@ def good_udp_checksum(src: str, dst: str, sport: int, dport: int, payload: bytes
     return value or 0xFFFF
 
 
-def relay(args: argparse.Namespace) -> None:
+def relay(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one event loop, read whole
     probe = OffloadProbe(args.edge_ns, args.uplink)
     lhost, lport = args.listen.rsplit(":", 1)
     uhost, uport = args.upstream.rsplit(":", 1)
     edge_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     edge_side.bind((lhost, int(lport)))
-    cloud_side = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    cloud_side.bind((args.source, int(lport)))
-    cloud_side.connect((uhost, int(uport)))
+
+    def mapping(port: int) -> socket.socket:
+        """The carrier NAT's mapping for the edge: a socket on the carrier's public side."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((args.source, port))
+        sock.connect((uhost, int(uport)))
+        return sock
+
+    cloud_side = mapping(int(lport))
     raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     events = Path(args.events).open("a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
@@ -142,7 +153,9 @@ def relay(args: argparse.Namespace) -> None:
             emit("offload", on=state)
             last_state = state
         for key, _ in sel.select(timeout=0.2):
-            sock = edge_side if key.data == "edge" else cloud_side
+            sock = key.fileobj  # not ``cloud_side``: a new mapping may have replaced it
+            if not isinstance(sock, socket.socket):
+                continue
             try:
                 data, addr = sock.recvfrom(65535)
             except OSError:
@@ -151,6 +164,16 @@ def relay(args: argparse.Namespace) -> None:
                 if edge_addr is not None:
                     edge_side.sendto(data, edge_addr)
                 continue
+            if edge_addr is not None and addr[0] != edge_addr[0]:
+                # The edge came back with a new address (a new data session): like a
+                # carrier NAT, a new mapping, so the cloud sees the edge from a new
+                # endpoint and must learn it from the next authenticated packet (roaming).
+                sel.unregister(cloud_side)
+                cloud_side.close()
+                cloud_side = mapping(0)
+                sel.register(cloud_side, selectors.EVENT_READ, "cloud")
+                emit("nat_mapping", edge=f"{addr[0]}:{addr[1]}",
+                     public=f"{args.source}:{cloud_side.getsockname()[1]}")
             edge_addr = addr
             if data and data[0] in HANDSHAKE_TYPES and state:
                 src_port = cloud_side.getsockname()[1]

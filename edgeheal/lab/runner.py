@@ -61,6 +61,15 @@ class Lab:
         self.outage = 90.0
         self.loss_seconds = 300.0
         self.flaps = 10
+        self.address_loss = 60.0
+        self.field = world.field
+        self.k = float(world.keepalive)
+        """The tunnels' persistent keepalive: 5 s in the lab, 25 s with ``--field``."""
+
+    def scaled(self, lab: float, field: float) -> float:
+        """A wait or bound: ``lab`` at the lab's tuning, ``field`` with ``--field`` (the
+        shipped defaults check every 5 s, MQTT every 60 s, restart after 60 s of grace)."""
+        return field if self.field else lab
 
     # --- time and notes ------------------------------------------------------------------
 
@@ -95,6 +104,9 @@ class Lab:
             if event["event"] == "corrupted":
                 self.note("nic", f"handshake type {event['type']} sent with a bad checksum "
                           "(TX offload on)", edge.name)
+            elif event["event"] == "nat_mapping":
+                self.note("nic", f"carrier NAT: edge {event['edge']} now leaves as "
+                          f"{event['public']} (a new mapping)", edge.name)
             elif event["event"] == "offload":
                 self.note("nic", f"uplink TX checksum offload is {_onoff(event['on'])}",
                           edge.name)
@@ -118,7 +130,12 @@ class Lab:
         ready = "ready" if doc.get("ready") else "not ready"
         if view.states.get("_ready") != ready:
             view.states["_ready"] = ready
-            self.note("agent", f"/readyz: {ready}", edge.name)
+            self.note("agent", f"/readyz: {ready}", edge.name, ready=ready == "ready")
+        fault = (doc.get("path") or {}).get("fault")
+        if fault and view.states.get("_path") != fault:
+            view.states["_path"] = fault
+            self.note("agent", f"path verdict: {fault} — {doc['path'].get('message', '')}",
+                      edge.name, path=fault)
         actions = doc.get("actions") or []
         for action in actions[view.actions_seen:]:
             self.note("agent", f"remediation {action.get('action')}: {action.get('result')} "
@@ -131,6 +148,8 @@ class Lab:
         peers = (wg.get("detail") or {}).get("peers") or []
         stats = self.world.collector_stats(edge)
         return {"t": round(self.now(), 2), "wireguard": wg.get("state"),
+                "reason": wg.get("reason"), "ready": bool(doc.get("ready")),
+                "path": (doc.get("path") or {}).get("fault"),
                 "peers": [{k: p.get(k) for k in ("fingerprint", "watched", "reason",
                                                   "handshake_age_seconds", "rx_bytes",
                                                   "tx_bytes")} for p in peers],
@@ -208,6 +227,14 @@ class Lab:
         return total
 
 
+EPILOGUE = 8.0
+"""Seconds the runner keeps observing after a scenario's last expectation was judged, so
+the report (and its picture) shows the state the run ended in, e.g. the recovery."""
+FIELD_BUDGET = 2.0
+"""``--field`` multiplies a scenario's budget: K is five times the lab's, and the shipped
+defaults check every 5 s, probe MQTT every 60 s and hold restarts for 60 s after start."""
+
+
 @dataclass
 class Scenario:
     name: str
@@ -225,11 +252,13 @@ class Scenario:
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
                        agent: bool | None = None, live: bool = True, quick: bool = False,
-                       out: Any = sys.stdout) -> dict[str, Any]:
-    """Run one scenario; ``quick`` shortens the long ones (lossy 90 s, 3 flaps) for CI."""
+                       field: bool = False, out: Any = sys.stdout) -> dict[str, Any]:
+    """Run one scenario; ``quick`` shortens the long ones (lossy 90 s, 3 flaps) for CI;
+    ``field`` runs it with the field's timings (K = 25 s, the agent's shipped defaults)."""
     world = World(workdir, edges=edges or scenario.edges,
                   agent=scenario.agent if agent is None else agent,
-                  offload_on_at_boot=scenario.offload_on_at_boot)
+                  offload_on_at_boot=scenario.offload_on_at_boot, field=field)
+    budget = scenario.budget * FIELD_BUDGET if field else scenario.budget
     lab: Lab | None = None
     began = time.monotonic()
     expectations: list[Expectation] = []
@@ -241,15 +270,18 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
         if quick:
             lab.loss_seconds, lab.flaps = 90.0, 3
         lab.note("lab", f"world built: cloud + {len(world.edges)} edge(s), "
-                 f"uplink offload {'on' if scenario.offload_on_at_boot else 'off'} at boot")
+                 f"uplink offload {'on' if scenario.offload_on_at_boot else 'off'} at boot, "
+                 f"keepalive {world.keepalive} s, agent on "
+                 + ("the shipped defaults (--field)" if field else "the lab's tuning"))
         if world.with_agent and scenario.start_agents:
             for edge in world.edges:
                 world.start_agent(edge, remediation=scenario.remediation)
             lab.mark("agent_started")
             lab.note("lab", "agents started")
-        expectations = await asyncio.wait_for(scenario.run(lab), scenario.budget)
+        expectations = await asyncio.wait_for(scenario.run(lab), budget)
+        await lab.hold(lab.scaled(EPILOGUE, 2 * EPILOGUE))  # the picture shows the end state
     except TimeoutError:
-        error = f"scenario exceeded its budget of {scenario.budget:g}s"
+        error = f"scenario exceeded its budget of {budget:g}s"
     except Exception as err:  # report it, and still tear everything down
         log.exception("scenario %s failed", scenario.name)
         error = f"{type(err).__name__}: {err}"
@@ -272,6 +304,8 @@ def _report(scenario: Scenario, world: World, lab: Lab | None, *,
     return {
         "scenario": scenario.name,
         "quick": quick,
+        "field": world.field,
+        "keepalive": world.keepalive,
         "summary": scenario.summary,
         "passed": ok,
         "error": error,
@@ -291,7 +325,8 @@ def _report(scenario: Scenario, world: World, lab: Lab | None, *,
 
 
 def render_summary(report: dict[str, Any]) -> str:
-    lines = ["", f"scenario {report['scenario']}: "
+    lines = ["", f"scenario {report['scenario']}"
+             f"{' (--field: K = 25 s, shipped defaults)' if report.get('field') else ''}: "
              f"{'PASSED' if report['passed'] else 'FAILED'} in {report['duration_seconds']}s"]
     if report["error"]:
         lines.append(f"  error: {report['error']}")

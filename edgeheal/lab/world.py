@@ -56,6 +56,8 @@ AGENT_PORT = 9917
 KEEPALIVE = 5
 """Persistent keepalive in the lab, seconds. Shorter than the field's 20-25 s so scenarios
 finish in minutes; every threshold that matters derives from it."""
+FIELD_KEEPALIVE = 25
+"""Flannel's WireGuard persistent keepalive on K3s: the field's K (``edgeheal lab --field``)."""
 FLANNEL_NS = "kube-flannel"
 AGENT_USER = "system:serviceaccount:kube-flannel:edgeheal"
 CLUSTER_RANGES = ("10.42.0.0/16", "10.43.0.0/16", "10.201.0.0/24")
@@ -89,10 +91,12 @@ class Edge:
     flannel_pod_uid: str = ""
     device_builds: int = 0
     wg_process: Any = None
+    host: int = 2
+    """Last octet of the uplink's address: the modem's carrier may hand out a new one."""
 
     @property
     def edge_ip(self) -> str:
-        return f"10.60.{self.index}.2"
+        return f"10.60.{self.index}.{self.host}"
 
     @property
     def carrier_edge_ip(self) -> str:
@@ -120,9 +124,12 @@ class World:
     """Build with :meth:`build` (async), tear down with :meth:`close` (always)."""
 
     def __init__(self, workdir: Path, *, edges: int = 1, agent: bool = True,
-                 offload_on_at_boot: bool = True) -> None:
+                 offload_on_at_boot: bool = True, field: bool = False) -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
+        self.field = field
+        """Field timings: K = 25 s and the agent on its shipped defaults (``--field``)."""
+        self.keepalive = FIELD_KEEPALIVE if field else KEEPALIVE
         self.workdir = workdir
         self.edge_count = edges
         self.with_agent = agent
@@ -202,7 +209,7 @@ class World:
         for edge in self.edges:
             run(["wg", "set", self.cloud_wg, "peer", edge.public_key, "allowed-ips",
                  f"{edge.overlay}/32,{edge.pod_cidr}", "persistent-keepalive",
-                 str(KEEPALIVE)], ns=self.cloud)
+                 str(self.keepalive)], ns=self.cloud)
         run(["ip", "addr", "add", f"{CLOUD_OVERLAY}/24", "dev", self.cloud_wg], ns=self.cloud)
         run(["ip", "link", "set", self.cloud_wg, "up"], ns=self.cloud)
 
@@ -264,7 +271,7 @@ class World:
                 run(["wg", "set", edge.wg_ifname, "peer", other.public_key, "endpoint",
                      f"{other.edge_ip}:{WG_PORT}", "allowed-ips",
                      f"{other.overlay}/32,{other.pod_cidr}", "persistent-keepalive",
-                     str(KEEPALIVE)], ns=edge.ns)
+                     str(self.keepalive)], ns=edge.ns)
         run(["ip", "addr", "add", f"{edge.overlay}/24", "dev", edge.wg_ifname], ns=edge.ns)
         run(["ip", "link", "set", edge.wg_ifname, "up"], ns=edge.ns)
         for cidr in ("10.42.0.0/24", "10.43.0.0/16",
@@ -276,7 +283,7 @@ class World:
         run(["wg", "set", edge.wg_ifname, "peer", self.cloud_public, "endpoint",
              f"{edge.carrier_edge_ip}:{WG_PORT}", "allowed-ips",
              f"{CLOUD_OVERLAY}/32,10.42.0.0/24,10.43.0.0/16", "persistent-keepalive",
-             str(KEEPALIVE)], ns=edge.ns)
+             str(self.keepalive)], ns=edge.ns)
 
     def remove_cloud_peer(self, edge: Edge) -> None:
         """The stuck-Flannel fault: the device loses its cloud peer."""
@@ -308,6 +315,8 @@ class World:
             ns=edge.ns, log_path=edge.workdir / "collector.log")
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
+        if self.field:
+            return self.field_config(edge, remediation=remediation, extra=extra)
         return f"""\
 [agent]
 node_name = "{edge.name}"
@@ -364,6 +373,47 @@ verify_timeout = "30s"
 uplink_settle = "20s"
 {extra}"""
 
+    def field_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
+        """The shipped defaults: only what names this world (addresses, interfaces, paths)
+        is set, as in ``edgeheal.example.toml``; every cadence, threshold and safeguard is
+        the agent's default."""
+        return f"""\
+[agent]
+node_name = "{edge.name}"
+state_dir = "{edge.state_dir}"
+
+[http]
+listen = ["127.0.0.1:{AGENT_PORT}"]
+
+[offload]
+interfaces = ["{edge.uplink}"]
+
+[wireguard]
+interfaces = ["{edge.wg_ifname}"]
+
+[[mqtt.targets]]
+name = "broker-tunnel"
+host = "{BROKER_CLUSTER_IP}"
+port = {self.mqtt_port}
+path = "tunnel"
+required = true
+
+[[mqtt.targets]]
+name = "broker-direct"
+host = "{edge.cloud_ip}"
+port = {self.mqtt_port}
+path = "direct"
+
+[alerts]
+target = "broker-direct"
+
+[kubernetes]
+kubeconfig = "{edge.workdir / 'kubeconfig'}"
+
+[remediation]
+mode = "{remediation}"
+{extra}"""
+
     def start_agent(self, edge: Edge, **kw: Any) -> None:
         edge.config_path.write_text(self.agent_config(edge, **kw))
         edge.agent = self.sandbox.spawn(
@@ -413,6 +463,28 @@ uplink_settle = "20s"
         run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
         run(["ethtool", "-K", edge.uplink, "tx", "on"], ns=edge.ns)
 
+    def drop_address(self, edge: Edge) -> None:
+        """The modem drops its data session: the uplink keeps its carrier (link up) but
+        loses its address, and with it the connected and default routes."""
+        run(["ip", "addr", "del", f"{edge.edge_ip}/24", "dev", edge.uplink], ns=edge.ns)
+
+    def give_address(self, edge: Edge, host: int) -> None:
+        """The modem's new data session: a (possibly new) address and the default route,
+        as the modem manager / DHCP client sets them."""
+        edge.host = host
+        run(["ip", "addr", "add", f"{edge.edge_ip}/24", "dev", edge.uplink], ns=edge.ns)
+        run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
+
+    def cloud_endpoint(self, edge: Edge) -> str:
+        """Where the cloud sends this edge's tunnel packets (learned by roaming)."""
+        out = run(["wg", "show", self.cloud_wg, "endpoints"], ns=self.cloud,
+                  check=False).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition("\t")
+            if key == edge.public_key:
+                return value.strip()
+        return ""
+
     def uplink_down(self, edge: Edge, down: bool) -> None:
         """Drop everything on the edge's uplink (in the carrier), or lift that."""
         if down:
@@ -433,6 +505,17 @@ uplink_settle = "20s"
                          "  type filter hook input priority -10;\n"
                          f"  udp dport {WG_PORT} numgen random mod 100 < {percent} drop\n"
                          " }\n}\n")
+
+    def tunnel_blackhole(self, edge: Edge, on: bool) -> None:
+        """The carrier drops every tunnel packet, both directions (every one reaches the
+        relay with dport 51820); the direct path still works."""
+        if on:
+            self.sandbox.nft(edge.carrier, "table inet lab_blackhole {\n chain inp {\n"
+                             "  type filter hook input priority -10;\n"
+                             f"  udp dport {WG_PORT} drop\n }}\n}}\n")
+        else:
+            run(["nft", "delete", "table", "inet", "lab_blackhole"], ns=edge.carrier,
+                check=False)
 
     def power_off(self, edge: Edge) -> None:
         """A neighbour that is switched off: its agent, collector and tunnel stop."""

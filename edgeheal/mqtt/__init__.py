@@ -22,9 +22,14 @@ reason             state   meaning
                            the peer does not speak TLS)
 ``timeout``        failed  no CONNACK (or no keepalive answer) within the deadline
 ``unreachable``    failed  connection refused, no route, name does not resolve
-``protocol_error`` failed  the peer answered with something that is not MQTT, or closed
-                           the connection without answering
-``config_error``   failed  a local file (password_file, ca/cert/key file) is unusable
+``protocol_error`` failed  the peer answered with something that is not MQTT, closed
+                           the connection without answering, or announced a packet larger
+                           than :data:`~edgeheal.mqtt.transport.MAX_PACKET` (64 KiB)
+``config_error``   failed  a local file (password_file, ca/cert/key file) is unusable, or
+                           a setting cannot be sent (host name, client id: see
+                           :func:`host_problem`, :func:`string_problem`)
+``internal_error`` failed  an unexpected error inside edgeheal while connecting (logged
+                           with a traceback): a bug to report
 =================  ======  ==============================================================
 
 The password is read from ``password_file`` at each connect, passed to paho, and never
@@ -40,6 +45,8 @@ is imported only when a connection is made.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,8 +55,54 @@ if TYPE_CHECKING:
     from edgeheal.mqtt.transport import TlsResumption
 
 REASONS = ("ok", "refused", "tls_error", "timeout", "unreachable", "protocol_error",
-           "config_error")
+           "config_error", "internal_error")
 """The closed table of probe reasons (see the module docstring)."""
+
+
+MAX_STRING = 65535
+"""Bytes in an MQTT UTF-8 string (client id, user name, topic): a 16-bit length prefix."""
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be connected to (None if it can): an IP address, or a DNS name of
+    labels of 1-63 letters, digits, '-' or '_' (IDNA for other letters), 253 at most."""
+    if not host:
+        return "is empty"
+    try:
+        ipaddress.ip_address(host.split("%", 1)[0] if ":" in host else host)
+    except ValueError:
+        pass
+    else:
+        return None
+    if len(host) > 253:
+        return f"is {len(host)} characters long; a host name has at most 253"
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return "is not a valid host name (an empty or over-long label, e.g. '..')"
+    labels = ascii_host[:-1].split(".") if ascii_host.endswith(".") else ascii_host.split(".")
+    if not all(_LABEL.fullmatch(label) for label in labels):
+        return ("is not a valid host name (labels of 1-63 letters, digits, '-' and '_', "
+                "separated by single dots)")
+    return None
+
+
+def string_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as an MQTT string (None if it can)."""
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_STRING:
+        return f"is {size} bytes long; MQTT allows at most {MAX_STRING}"
+    if "\0" in value:
+        return "contains a NUL character"
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+        return "is not valid UTF-8 text"
+    return None
+
+
+def client_id(target: MqttTarget, node: str) -> str:
+    """The client id sent in CONNECT: ``client_id`` or ``edgeheal-<node>-<target name>``."""
+    return target.client_id or f"edgeheal-{node}-{target.name}"
 
 
 class MqttError(Exception):

@@ -8,10 +8,14 @@ around :meth:`Connection.connect`. paho is imported here and only here, so it lo
 first time a connection is made (:func:`edgeheal.mqtt.probe` and the link import this
 module on demand).
 
-A peer that is not MQTT is recognised by the first byte it sends: a broker's first packet
-must be a CONNACK (0x20), anything else is ``protocol_error`` at once, without waiting for
-paho to make sense of the bytes. Everything that goes wrong becomes an
-:class:`~edgeheal.mqtt.MqttError` with a reason from the closed table.
+Every byte from the broker passes :class:`edgeheal.mqtt.transport.Framer` before paho
+sees it: a peer that is not MQTT is recognised by its first byte (a broker's first packet
+must be a CONNACK, 0x20), and a packet announced larger than
+:data:`~edgeheal.mqtt.transport.MAX_PACKET` ends the connection before a byte of it is
+buffered; both are ``protocol_error`` at once. A host name or client id that cannot be
+sent is ``config_error`` before any traffic. Everything that goes wrong becomes an
+:class:`~edgeheal.mqtt.MqttError` with a reason from the closed table; an unexpected
+exception in the keepalive task ends the connection as ``internal_error`` (logged).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -28,19 +33,30 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from edgeheal.config import MqttTarget
-from edgeheal.mqtt import MqttError, ProbeResult
-from edgeheal.mqtt.transport import Tap, TlsResumption, open_socket, where
+from edgeheal.mqtt import MqttError, ProbeResult, client_id, string_problem
+from edgeheal.mqtt.transport import FramingError, Tap, TlsResumption, open_socket, where
 
 log = logging.getLogger(__name__)
 
-CONNACK_FIRST_BYTE = 0x20
+CONNACK_311 = {1: "unacceptable protocol version", 2: "identifier rejected",
+               3: "server unavailable", 4: "bad user name or password",
+               5: "not authorized"}
+"""MQTT 3.1.1 CONNACK return codes (paho reports them as MQTT 5 reason codes: 5 -> 135)."""
 MISC_TICK = 1.0
 """Seconds between paho ``loop_misc`` calls (keepalive PINGREQ and its deadline)."""
 _SSL_PENDING_ROUNDS = 64
 
 
-def client_id(target: MqttTarget, node: str) -> str:
-    return target.client_id or f"edgeheal-{node}-{target.name}"
+__all__ = ("CONNACK_311", "Connection", "client_id", "probe", "read_password")
+
+
+def _check_strings(target: MqttTarget, node: str) -> None:
+    """A client id or user name paho could not encode is a configuration error."""
+    for what, value in (("client id", client_id(target, node)),
+                        ("username", target.username)):
+        problem = string_problem(value)
+        if problem is not None:
+            raise MqttError("config_error", f"{where(target)}: the {what} {problem}")
 
 
 def read_password(target: MqttTarget) -> str | None:
@@ -112,6 +128,7 @@ class Connection:
     async def connect(self) -> float:
         """Open the socket, send CONNECT, wait for CONNACK; return the CONNACK round trip."""
         target = self.target
+        _check_strings(target, self.node)
         password = read_password(target)
         began = time.monotonic()
         sock = await open_socket(target, self.stage, self.resume)
@@ -141,10 +158,14 @@ class Connection:
         try:
             extra: dict[str, Any] = {"clean_start": True} if v5 else {}
             client.connect(target.host, target.port, keepalive=self.keepalive, **extra)
-        except (OSError, ValueError) as err:
+        except OSError as err:
             self.abort()
             raise MqttError("unreachable", f"{where(target)}: cannot send CONNECT: "
-                            f"{err}") from err
+                            f"{err.strerror or type(err).__name__}") from err
+        except (ValueError, TypeError, struct.error) as err:  # paho cannot encode a setting
+            self.abort()
+            raise MqttError("config_error", f"{where(target)}: cannot build CONNECT from "
+                            f"the settings ({type(err).__name__})") from err
         try:
             await asyncio.shield(self._connack)
         except BaseException:
@@ -216,12 +237,23 @@ class Connection:
         if self._connack.done():
             return
         if reason.is_failure:
-            self._connack.set_exception(MqttError(
-                "refused", f"{where(self.target)}: the broker refused the connection: "
-                f"{reason} (code {reason.value}); check username, password_file and the "
-                "broker's ACL: this is a configuration problem"))
+            self._connack.set_exception(self._refusal() or self._refused(
+                f"{reason} (code {reason.value})"))
         else:
             self._connack.set_result(None)
+
+    def _refused(self, what: str) -> MqttError:
+        return MqttError("refused", f"{where(self.target)}: the broker refused the "
+                         f"connection: {what}; check username, password_file and the "
+                         "broker's ACL: this is a configuration problem")
+
+    def _refusal(self) -> MqttError | None:
+        """An MQTT 3.1.1 CONNACK refusal, named by its own code (paho reports 5 as 135, and
+        answers 1 by retrying MQTT 3.1 over a socket it does not have)."""
+        code = self._tap.framer.connack_code if self._tap is not None else None
+        if self.target.protocol == "5" or code not in CONNACK_311:
+            return None
+        return self._refused(f"{CONNACK_311[code]} (MQTT 3.1.1 code {code})")
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any,
                        properties: Any) -> None:
@@ -230,7 +262,9 @@ class Connection:
             return
         tap = self._tap
         if not self._connack.done():
-            if tap is not None and tap.rx:
+            if (refusal := self._refusal()) is not None:
+                error = refusal
+            elif tap is not None and tap.rx:
                 error = MqttError("protocol_error", f"{where(self.target)}: the peer answered "
                                   "with something that is not an MQTT CONNACK")
             else:
@@ -289,15 +323,13 @@ class Connection:
             while tap.pending() and client.socket() is not None and rounds < _SSL_PENDING_ROUNDS:
                 client.loop_read()
                 rounds += 1
+        except FramingError as err:  # before paho buffered it: no 256 MB allocations
+            self.abort(MqttError("protocol_error", f"{where(self.target)}: {err}"))
         except Exception as err:  # paho choking on garbage must not reach the loop
             log.debug("mqtt %s: read failed: %r", self.target.name, err)
-            self.abort(MqttError("protocol_error", f"{where(self.target)}: unreadable "
-                                 f"answer ({type(err).__name__})"))
-            return
-        if not self._connack.done() and tap.first not in (None, CONNACK_FIRST_BYTE):
-            self.abort(MqttError("protocol_error", f"{where(self.target)}: the peer answered "
-                                 f"with something that is not MQTT (first byte "
-                                 f"0x{tap.first:02x}, a CONNACK starts with 0x20)"))
+            self.abort(self._refusal() or MqttError(
+                "protocol_error", f"{where(self.target)}: unreadable answer "
+                f"({type(err).__name__})"))
 
     def _writable(self) -> None:
         client = self._client
@@ -316,6 +348,11 @@ class Connection:
             self._in_misc = True
             try:
                 client.loop_misc()
+            except Exception as err:  # supervised: a dead keepalive must not go unseen
+                log.exception("mqtt %s: keepalive task failed", self.target.name)
+                self.abort(MqttError("internal_error", f"{where(self.target)}: keepalive "
+                                     f"task failed ({type(err).__name__})"))
+                return
             finally:
                 self._in_misc = False
 
@@ -346,6 +383,15 @@ async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
             resume.reset()
         return ProbeResult("timeout", None, f"{where(target)}: no progress within "
                            f"{limit:g}s ({stage})", conn.tcp_seconds)
+    except Exception as err:  # a bug must show as one, not as a dead check
+        conn.abort()
+        if resume is not None:
+            resume.reset()
+        log.exception("mqtt %s: unexpected %s while probing", target.name,
+                      type(err).__name__)
+        return ProbeResult("internal_error", None, f"{where(target)}: unexpected "
+                           f"{type(err).__name__} while connecting (a bug; see the log)",
+                           conn.tcp_seconds)
     except BaseException:
         conn.abort()
         raise

@@ -16,6 +16,12 @@ two keepalive periods, with no extra CONNECTs. The mqtt check of the alert targe
   queue is never relied on (each connection is a fresh clean session), durability is the
   caller's outbox.
 
+The link's state is one immutable :class:`LinkState` replaced in one step: ``connected``,
+``reason``, ``message`` and ``since`` always describe the same moment (``connected`` *is*
+``state.up``). A connection that ends changes the state from the callback of its
+``closed`` future (or at once, when we end it ourselves), not later when :meth:`run` gets
+round to it, so no reader ever sees "not connected" with reason ``ok``.
+
 One link per agent, built once: the agent makes it with :func:`for_alerts` before it
 builds the checks and hands the same object to the mqtt check (``Context.alert_link``,
 which only reads :attr:`Link.state`) and to the alert engine (which runs, uses and closes
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -80,8 +87,8 @@ class Link:
 
     @property
     def connected(self) -> bool:
-        conn = self._conn
-        return conn is not None and conn.connected and not conn.closed.done()
+        """``state.up``: one source of truth, changed in one step with the reason."""
+        return self.state.up
 
     @property
     def closing(self) -> bool:
@@ -126,9 +133,9 @@ class Link:
         attempt = 0
         while not self._closing:
             attempt += 1
-            conn = Connection(self.target, self.node, keepalive=self.target.keepalive,
-                              will=will() if will else None)
+            conn = Connection(self.target, self.node, keepalive=self.target.keepalive)
             try:
+                conn.will = will() if will else None
                 async with asyncio.timeout(self.target.timeout):
                     rtt = await conn.connect()
             except MqttError as err:
@@ -139,25 +146,45 @@ class Link:
                 conn.abort()
                 self._down("timeout", f"no progress within {self.target.timeout:g}s "
                            f"({stage})", attempt)
+            except Exception as err:  # supervised here: never a silent "connecting" forever
+                conn.abort()
+                if self.state.reason != "internal_error":
+                    log.exception("mqtt link %s: unexpected %s while connecting; retrying "
+                                  "with backoff", self.target.name, type(err).__name__,
+                                  extra={"check": self.target.name})
+                self._down("internal_error", f"unexpected {type(err).__name__} while "
+                           "connecting (a bug; see the log)", attempt)
             except BaseException:
                 conn.abort()
                 raise
             else:
                 self._conn = conn
                 self.generation += 1
+                generation = self.generation
                 up_at = self.clock()
                 self._set(LinkState(True, "ok", f"connected, CONNACK in {rtt * 1000:.1f} ms",
                                     up_at, rtt, self.state.connects + 1, attempt))
-                error = await asyncio.shield(conn.closed)
+                conn.closed.add_done_callback(functools.partial(self._ended, generation))
+                await asyncio.shield(conn.closed)
+                self._ended(generation, conn.closed)  # no-op: the callback came first
                 if self.closing:
                     return
-                failure = error or MqttError("unreachable", "disconnected")
                 if self.clock() - up_at >= STABLE_AFTER:
                     attempt = 0
-                self._down(failure.reason, failure.message, attempt)
                 if attempt == 0:
                     continue  # a long-lived connection dropped: try again at once
             await asyncio.sleep(self.backoff(attempt))
+
+    def _ended(self, generation: int, closed: asyncio.Future[MqttError | None]) -> None:
+        """Connection ``generation`` has ended: the state goes down in one step (once)."""
+        if generation != self.generation or not self.state.up:
+            return
+        if self._closing:
+            failure = MqttError("unreachable", f"{self.target.name}: closed by the agent")
+        else:
+            error = None if closed.cancelled() or not closed.done() else closed.result()
+            failure = error or MqttError("unreachable", "disconnected")
+        self._down(failure.reason, failure.message, self.state.attempts)
 
     def _down(self, reason: str, message: str, attempt: int) -> None:
         since = self.state.since if not self.state.up and self.state.reason != "connecting" \
@@ -197,18 +224,21 @@ class Link:
                 await self.publish(final[0], final[1], retain=True, limit=limit)
         await conn.disconnect(max(0.1, limit - (time.monotonic() - began)))
         self._conn = None
+        self._ended(self.generation, conn.closed)
 
     def drop(self) -> None:
         """Close the current connection now (no DISCONNECT); :meth:`run` may reconnect."""
-        if self._conn is not None:
-            self._conn.abort()
-            self._conn = None
+        self._abort_conn()
 
     def abort(self) -> None:
         self._closing = True
-        if self._conn is not None:
-            self._conn.abort()
-            self._conn = None
+        self._abort_conn()
+
+    def _abort_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort()  # resolves conn.closed at once
+            self._ended(self.generation, conn.closed)
 
 
 def for_alerts(config: Config, *, clock: Callable[[], float] = time.monotonic) -> Link | None:

@@ -10,6 +10,11 @@ never imports paho, so the socket and TLS steps can be read (and timed) on their
 ``stage`` lists carry the step in progress (resolving, TCP connect, TLS handshake), so the
 one deadline the caller puts around a connect can say where it struck. Every failure here
 is an :class:`~edgeheal.mqtt.MqttError` (``unreachable``, ``tls_error``, ``config_error``).
+
+:class:`Tap` is the socket paho reads from: every read is bounded (:data:`RECV_CHUNK`) and
+passes :class:`Framer`, edgeheal's own reader of the MQTT fixed header, which refuses a
+stream that cannot be a broker's (and a packet over :data:`MAX_PACKET`) before paho
+buffers a byte of it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import ssl
 from typing import Any
 
 from edgeheal.config import MqttTarget
-from edgeheal.mqtt import MqttError
+from edgeheal.mqtt import MqttError, host_problem
 
 _UNREACHABLE_ERRNOS = {errno.ECONNREFUSED: "connection refused",
                        errno.EHOSTUNREACH: "no route to host",
@@ -55,6 +60,9 @@ def tls_context(target: MqttTarget) -> ssl.SSLContext:
 
 
 async def _resolve(target: MqttTarget) -> list[tuple[Any, ...]]:
+    problem = host_problem(target.host)  # the IDNA codec raises UnicodeError on "a..b"
+    if problem is not None:
+        raise MqttError("config_error", f"{target.name}: host {problem}")
     try:  # an address literal needs no resolver (and no executor thread)
         return socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM,
                                   flags=socket.AI_NUMERICHOST)
@@ -173,20 +181,130 @@ async def _tls_handshake(target: MqttTarget, ctx: ssl.SSLContext, sock: socket.s
     return tls
 
 
-class Tap:
-    """The socket as paho sees it: notes the first byte and counts bytes both ways."""
+MAX_PACKET = 64 * 1024
+"""The largest MQTT packet (remaining length, bytes) accepted from a broker. The agent
+only ever receives CONNACK, PUBACK, PINGRESP and (MQTT 5) DISCONNECT: a few bytes, a few
+hundred with MQTT 5 properties. A larger announcement is refused before anything is
+buffered, so a broken or hostile broker cannot make the agent allocate its 256 MB."""
+RECV_CHUNK = 16 * 1024
+"""At most this many bytes per ``recv``: paho asks for a whole packet's remaining length
+at once, and ``recv(n)`` allocates ``n`` bytes before a single one arrives."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+# Packet types a client may receive (MQTT 3.1.1 and 5): CONNACK, PUBLISH, PUBACK, PUBREC,
+# PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGRESP, DISCONNECT (5), AUTH (5).
+_FROM_BROKER = frozenset({2, 3, 4, 5, 6, 7, 9, 11, 13, 14, 15})
+_NAMES = {1: "CONNECT", 2: "CONNACK", 3: "PUBLISH", 4: "PUBACK", 5: "PUBREC", 6: "PUBREL",
+          7: "PUBCOMP", 8: "SUBSCRIBE", 9: "SUBACK", 10: "UNSUBSCRIBE", 11: "UNSUBACK",
+          12: "PINGREQ", 13: "PINGRESP", 14: "DISCONNECT", 15: "AUTH"}
+
+
+class FramingError(Exception):
+    """The broker's byte stream is not acceptable MQTT (message says why, never payload)."""
+
+
+class Framer:
+    """Follows the packets a broker sends through the byte stream, before paho sees them.
+
+    Reads each fixed header (type byte, remaining length in at most 4 bytes) and skips the
+    body without keeping it; keeps only the first CONNACK's two header bytes (flags,
+    return code) for :attr:`connack_code`. Raises :class:`FramingError` when the stream
+    cannot be a broker's: the first packet is not a CONNACK, a packet type a broker never
+    sends, a remaining length longer than 4 bytes, or one above ``max_packet``.
+    """
+
+    def __init__(self, max_packet: int = MAX_PACKET) -> None:
+        self.max_packet = max_packet
+        self.packets = 0
+        """Complete packets seen."""
         self.first: int | None = None
+        self.connack_code: int | None = None
+        """The first CONNACK's return code (3.1.1) or reason code (5); None before it."""
+        self._kind = 0
+        self._length = 0
+        self._length_bytes = 0
+        self._left = 0
+        self._state = "header"  # header -> length -> body -> header
+        self._connack = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        i, n = 0, len(data)
+        while i < n:
+            if self._state == "header":
+                self._header(data[i])
+                i += 1
+                self._state, self._length, self._length_bytes = "length", 0, 0
+            elif self._state == "length":
+                byte = data[i]
+                i += 1
+                self._length += (byte & 0x7F) << (7 * self._length_bytes)
+                self._length_bytes += 1
+                if byte & 0x80:
+                    if self._length_bytes >= 4:
+                        raise FramingError("malformed MQTT packet: remaining length longer "
+                                           "than 4 bytes")
+                    continue
+                self._body_starts()
+            else:
+                take = min(self._left, n - i)
+                if self._kind == 2 and self.connack_code is None:
+                    self._connack += data[i:i + min(take, 2 - len(self._connack))]
+                    if len(self._connack) == 2:
+                        self.connack_code = self._connack[1]
+                i += take
+                self._left -= take
+                if self._left == 0:
+                    self._packet_done()
+
+    def _header(self, byte: int) -> None:
+        kind = byte >> 4
+        if self.first is None:
+            self.first = byte
+            if kind != 2:
+                raise FramingError(f"the peer answered with something that is not MQTT "
+                                   f"(first byte 0x{byte:02x}, a CONNACK starts with 0x20)")
+        if kind not in _FROM_BROKER:
+            raise FramingError(f"malformed MQTT stream: a broker never sends packet type "
+                               f"{kind} ({_NAMES.get(kind, 'reserved')})")
+        self._kind = kind
+
+    def _body_starts(self) -> None:
+        if self._length > self.max_packet:
+            raise FramingError(f"the broker announced a {self._length}-byte "
+                               f"{_NAMES[self._kind]} packet; edgeheal accepts at most "
+                               f"{self.max_packet} bytes")
+        if self._kind == 2 and self._length < 2:
+            raise FramingError(f"malformed CONNACK: {self._length}-byte body, expected at "
+                               "least 2")
+        self._left = self._length
+        if self._left == 0:
+            self._packet_done()
+        else:
+            self._state = "body"
+
+    def _packet_done(self) -> None:
+        self.packets += 1
+        self._state = "header"
+
+
+class Tap:
+    """The socket as paho sees it: follows the packets (:class:`Framer`), bounds every read
+    and counts bytes both ways. A :class:`FramingError` leaves ``recv`` before paho sees
+    the bytes (paho lets it through ``loop_read``)."""
+
+    def __init__(self, sock: socket.socket, *, max_packet: int = MAX_PACKET) -> None:
+        self.sock = sock
+        self.framer = Framer(max_packet)
         self.rx = 0
         self.tx = 0
 
+    @property
+    def first(self) -> int | None:
+        return self.framer.first
+
     def recv(self, bufsize: int) -> bytes:
-        data = self.sock.recv(bufsize)
-        if data and self.first is None:
-            self.first = data[0]
+        data = self.sock.recv(min(bufsize, RECV_CHUNK))
         self.rx += len(data)
+        self.framer.feed(data)
         return data
 
     def send(self, buf: bytes | bytearray) -> int:

@@ -8,7 +8,9 @@ the manual fix of the incident, done through the API with the least privilege.
 Safety: the pod is found with the label selector *and* ``fieldSelector=spec.nodeName=<this
 node>``; exactly one must match (two means a rollout is in progress: refuse, the DaemonSet
 is already replacing it). :meth:`edgeheal.kube.KubeClient.delete_pod` re-reads the pod,
-checks node and uid again and deletes with ``preconditions.uid``. Then the remedy waits
+checks node and uid again and deletes with ``preconditions.uid``; a pod already Terminating
+(a graceful deletion lists it for its grace period) is never deleted again: when it is the
+node's only one, the remedy just waits for its replacement. Then the remedy waits
 (watch, re-list on interruption) for a pod with a *different* uid on this node to be Running
 and Ready within ``[remediation.pod] ready_timeout``. Tunnel recovery is the caller's to
 verify. 401/403 become :class:`RemedyError` with ``config_problem=True``.
@@ -50,7 +52,7 @@ class PodRemedy:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.kube, self.settings, self.node, self.clock = kube, settings, node, clock
 
-    async def _this_nodes_pod(self) -> Pod:
+    async def _pods(self) -> list[Pod]:
         try:
             pods, _ = await self.kube.list_pods(self.settings.namespace,
                                                 self.settings.label_selector, self.node)
@@ -58,6 +60,11 @@ class PodRemedy:
             raise RemedyError(str(err), config_problem=True) from err
         except KubeError as err:
             raise RemedyError(f"cannot list Flannel pods: {err}") from err
+        return pods
+
+    async def _this_nodes_pod(self, pods: list[Pod] | None = None) -> Pod:
+        if pods is None:
+            pods = await self._pods()
         live = [p for p in pods if not p.deleting]
         where = (f"{self.settings.label_selector} in namespace {self.settings.namespace} "
                  f"on node {self.node}")
@@ -71,14 +78,26 @@ class PodRemedy:
 
     async def probe(self) -> Availability:
         try:
-            pod = await self._this_nodes_pod()
+            pods = await self._pods()
+            if (going := _terminating_only(pods)) is not None:
+                return Availability(True, f"Flannel pod {going.ref} on node {self.node} is "
+                                          "terminating; the DaemonSet is replacing it")
+            pod = await self._this_nodes_pod(pods)
         except RemedyError as err:
             return Availability(False, str(err))
         return Availability(True, f"Flannel pod {pod.ref} is on node {self.node}")
 
     async def restart(self) -> Outcome:
-        pod = await self._this_nodes_pod()
+        pods = await self._pods()
         began = self.clock()
+        if (going := _terminating_only(pods)) is not None:
+            # Deleted already (kubectl, or our own attempt cut short): deleting it again
+            # would change nothing; wait for the replacement instead.
+            new = await self._wait_replacement(going, deleted=False)
+            return Outcome(target=f"pod {going.ref}",
+                           detail=f"was already terminating; replaced by {new.name} (Ready "
+                                  f"after {self.clock() - began:.1f}s)")
+        pod = await self._this_nodes_pod(pods)
         try:
             await self.kube.delete_pod(pod, self.node)
         except KubePermissionError as err:
@@ -89,17 +108,28 @@ class PodRemedy:
             raise RemedyError(f"not deleting {pod.ref}: {err}") from err
         except KubeError as err:
             raise RemedyError(f"cannot delete {pod.ref}: {err}") from err
+        new = await self._wait_replacement(pod, deleted=True)
+        return Outcome(target=f"pod {pod.ref}",
+                       detail=f"replaced by {new.name} (Ready after "
+                              f"{self.clock() - began:.1f}s)")
+
+    async def _wait_replacement(self, pod: Pod, *, deleted: bool) -> Pod:
         try:
-            new = await self.kube.wait_replacement(
+            return await self.kube.wait_replacement(
                 self.settings.namespace, self.settings.label_selector, self.node,
                 old_uid=pod.uid, within=self.settings.ready_timeout, clock=self.clock)
         except KubePermissionError as err:
             raise RemedyError(str(err), config_problem=True) from err
         except KubeError as err:
-            raise RemedyError(f"deleted {pod.ref}, but {err}") from err
-        return Outcome(target=f"pod {pod.ref}",
-                       detail=f"replaced by {new.name} (Ready after "
-                              f"{self.clock() - began:.1f}s)")
+            done = "deleted" if deleted else "waited for the replacement of"
+            raise RemedyError(f"{done} {pod.ref}, but {err}") from err
+
+
+def _terminating_only(pods: list[Pod]) -> Pod | None:
+    """The Terminating pod when it is this node's only one (the replacement not yet made)."""
+    if any(not p.deleting for p in pods):
+        return None
+    return next(iter(pods), None)
 
 
 # --- registration -------------------------------------------------------------------------

@@ -8,8 +8,13 @@ public keys to the base64 form operators know from ``wg`` and configs.
 
 The answer starts with the device's ``private_key`` and carries each peer's
 ``preshared_key``. Those lines are skipped by name before anything else looks at them: they
-are never stored, compared, logged or quoted in an error. Parse errors name the key and the
-line number only.
+are never stored, compared, logged or quoted in an error. Parse errors name the key (one we
+know) and the line number only, never a value or an unknown line: a line that is not
+``key=value`` may be a secret split by a broken daemon.
+
+Numbers are decimal ASCII digits within their real width (``rx_bytes`` is a u64,
+``listen_port`` a u16, ...; :data:`BOUNDS`): a 400-digit counter is a parse error, not a
+number that later breaks ``/metrics``. Endpoints and allowed IPs must be addresses.
 
 Errors: a missing socket or a dead daemon (connection refused) is :class:`NoSuchDevice`; a
 socket we may not open is :class:`PermissionDenied`; a malformed answer, a non-zero errno
@@ -19,6 +24,7 @@ or no answer within ``answer_within`` seconds is :class:`ProtocolError`.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +108,46 @@ class _Peer:
             persistent_keepalive=self.keepalive)
 
 
+U16, U32, U64, I64 = 2**16 - 1, 2**32 - 1, 2**64 - 1, 2**63 - 1
+BOUNDS = {"listen_port": U16, "fwmark": U32, "errno": U32, "last_handshake_time_sec": I64,
+          "last_handshake_time_nsec": 999_999_999, "rx_bytes": U64, "tx_bytes": U64,
+          "persistent_keepalive_interval": U16, "protocol_version": U32}
+"""The largest value of each numeric key (the widths wireguard-go and the kernel use)."""
+
+
+class _Bad(ValueError):
+    """A reason that quotes no value (safe to show)."""
+
+
+def _number(key: str, value: str) -> int:
+    if not value or len(value) > 20 or not (value.isascii() and value.isdigit()):
+        raise _Bad("expected a decimal number")
+    number = int(value)
+    if number > BOUNDS[key]:
+        raise _Bad(f"out of range (at most {BOUNDS[key]})")
+    return number
+
+
+def _endpoint(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or len(bare) > 64 or not port.isascii() or not port.isdigit() \
+            or len(port) > 5 or int(port) > U16:
+        raise _Bad("expected address:port")
+    try:
+        ipaddress.ip_address(bare.split("%", 1)[0])
+    except ValueError:
+        raise _Bad("expected address:port") from None
+    return value
+
+
+def _allowed_ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise _Bad("expected address/prefix") from None
+
+
 _INT_FIELDS = {
     "last_handshake_time_sec": "hs_sec",
     "last_handshake_time_nsec": "hs_nsec",
@@ -124,30 +170,29 @@ def parse(ifname: str, text: str) -> DeviceStats:
         if key in SECRET_KEYS:
             continue  # never look at the value
         if not sep:
-            raise ProtocolError(ifname, f"line {lineno}: expected key=value, got {line[:40]!r}")
+            raise ProtocolError(ifname, f"line {lineno}: expected key=value")
         try:
             if key == "public_key":
                 if peer is not None:
                     peers.append(peer.stats())
                 peer = _Peer(key_from_hex(value))
             elif key == "errno":
-                errno = int(value)
+                errno = _number(key, value)
             elif peer is None:
                 if key == "listen_port":
-                    listen_port = int(value)
+                    listen_port = _number(key, value)
                 # fwmark and future interface keys are not needed
             elif key in _INT_FIELDS:
-                number = int(value)
-                if number < 0:
-                    raise ValueError(f"negative number {number}")
-                setattr(peer, _INT_FIELDS[key], number)
+                setattr(peer, _INT_FIELDS[key], _number(key, value))
             elif key == "endpoint":
-                peer.endpoint = value or None
+                peer.endpoint = _endpoint(value) if value else None
             elif key == "allowed_ip":
-                peer.allowed_ips.append(value)
+                peer.allowed_ips.append(_allowed_ip(value))
             # protocol_version and unknown keys: ignored (forward compatible)
-        except ValueError as err:
+        except _Bad as err:
             raise ProtocolError(ifname, f"line {lineno}: bad value for {key}: {err}") from None
+        except ValueError:  # its text may quote the value: never pass it on
+            raise ProtocolError(ifname, f"line {lineno}: bad value for {key}") from None
     if peer is not None:
         peers.append(peer.stats())
     if errno is None:

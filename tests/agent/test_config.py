@@ -167,3 +167,52 @@ def test_check_config_reports_a_check_rule_with_the_file_and_exit_2(tmp_path: Pa
                            str(bad)], capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert f"{bad}: offload.features[0]: unknown feature 'tx-checksuming'" in proc.stderr
+
+
+@pytest.mark.parametrize("value", [
+    float("nan"), float("inf"), -float("inf"), "-1s", "1e9", 10 ** 400, "9" * 40 + "s", True])
+def test_a_duration_is_finite_and_never_negative(value: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        config.parse_duration(value)
+
+
+@pytest.mark.parametrize(("seconds", "shown"), [
+    (0.5, "500ms"), (0.1, "100ms"), (5.0, "5s"), (90.0, "90s"), (120.0, "2m"),
+    (7200.0, "2h"), (86400.0, "1d"), (7 * 86400.0, "7d"), (65535.0, "65535s"), (1.5, "1.5s")])
+def test_durations_print_in_the_unit_they_are_written_in(seconds: float, shown: str) -> None:
+    assert config.format_duration(seconds) == shown
+    assert config.parse_duration(shown) == seconds
+
+
+def test_every_duration_has_a_range_and_the_reference_shows_it() -> None:
+    rows = {key: text for key, _, text in config.reference()}
+    durations = [key for key, text in rows.items() if "Range: " in text]
+    assert "agent.check_interval" in durations
+    assert "Range: 1s to 1d." in rows["mqtt.targets[].interval"]
+    assert "Range: 1s to 65535s." in rows["mqtt.targets[].keepalive"]
+    for key, default, _ in config.reference():
+        if default.startswith('"') and default[1:-1][-1:] in "smhd" \
+                and default[1:-1][:1].isdigit():
+            assert key in durations, f"{key} is a duration without a documented range"
+
+
+def test_a_setting_out_of_its_range_names_key_range_and_value() -> None:
+    with pytest.raises(ConfigError) as caught:
+        validation.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\ninterval = "1ms"\n',
+                         source="edge.toml")
+    assert str(caught.value) == ("edge.toml: mqtt.targets[0].interval: must be at least 1s "
+                                 "(allowed: 1s to 1d), got 1ms")
+
+
+def test_an_unknown_key_is_quoted_when_it_is_not_a_bare_key() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config.loads('[agent]\n"a\\nb" = 1\n')
+    assert "\n" not in str(caught.value)
+    assert "agent.'a\\nb'" in str(caught.value)
+
+
+def test_file_settings_are_found_by_their_mark() -> None:
+    cfg = config.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\ntls = true\n'
+                       'ca_file = "/ca.pem"\n[kubernetes]\nkubeconfig = "/kc"\n')
+    assert dict(config.file_settings(cfg)) == {"mqtt.targets[0].ca_file": "/ca.pem",
+                                               "kubernetes.kubeconfig": "/kc"}

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import os
+import re
 import shutil
 import subprocess
 import time
@@ -12,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from edgeheal import cli
+from edgeheal import cli, http
 from edgeheal.config import CheckSettings
 from edgeheal.model import State
 from tests.agent.fakes import ScriptedCheck, degraded, failed, ok
@@ -142,3 +146,200 @@ async def test_edgeheal_status_prints_the_table_and_exits_by_readiness(
     assert "stalled" in out
     unreachable = await asyncio.to_thread(cli.main, ["status", "--url", agent.base])
     assert unreachable == 3
+
+
+# --- bad input and floods (issue 17, findings 2 and 12) ------------------------------------
+
+BAD_REQUESTS: list[tuple[str, bytes]] = [
+    ("not HTTP", b"GARBAGE\r\n\r\n"),
+    ("unknown version", b"GET /livez HTTP/9.9\r\nHost: x\r\n\r\n"),
+    ("request line too long", b"GET /" + b"a" * 10000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("method too long", b"A" * 9000 + b" /livez HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("header too long", b"GET /livez HTTP/1.1\r\nX: " + b"a" * 10000 + b"\r\n\r\n"),
+    ("too many headers", b"GET /livez HTTP/1.1\r\n" + b"".join(
+        b"X-%d: y\r\n" % i for i in range(300)) + b"\r\n"),
+    ("header without a colon", b"GET /livez HTTP/1.1\r\nHost\r\n\r\n"),
+    ("space in a header name", b"GET /livez HTTP/1.1\r\nHo st: x\r\n\r\n"),
+    ("NUL in a header value", b"GET /livez HTTP/1.1\r\nX: a\x00b\r\n\r\n"),
+    ("control byte in the path", b"GET /li\x01vez HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("TLS ClientHello", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + bytes(32)),
+    ("HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+    ("negative Content-Length", b"GET /livez HTTP/1.1\r\nContent-Length: -1\r\n\r\n"),
+    ("two Content-Lengths", b"GET /livez HTTP/1.1\r\nContent-Length: 1\r\n"
+                            b"Content-Length: 2\r\n\r\nab"),
+    ("non-numeric Content-Length", b"GET /livez HTTP/1.1\r\nContent-Length: x\r\n\r\n"),
+    ("bad chunk size", b"POST /livez HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"),
+    ("huge chunk size", b"POST /livez HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b"FFFFFFFFFFFFFFFFFFFFFFFF\r\n"),
+    ("chunked and Content-Length", b"POST /livez HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                                   b"Content-Length: 3\r\n\r\n0\r\n\r\n"),
+    ("unknown transfer coding", b"POST /livez HTTP/1.1\r\nTransfer-Encoding: gzip, x\r\n\r\n"),
+    ("obsolete line folding", b"GET /livez HTTP/1.1\r\nX: a\r\n b\r\n\r\n"),
+    ("only line ends", b"\r\n\r\n\r\n\r\n"),
+    ("invalid UTF-8 path", b"GET /probe/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("NUL escaped in the path", b"GET /probe/%00 HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("path traversal", b"GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("absolute file URI", b"GET file:///etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("POST with a body over 4 KB", b"POST /status HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                                   b"100000\r\n\r\n" + b"x" * 100000),
+    ("DELETE", b"DELETE /status HTTP/1.1\r\nHost: x\r\n\r\n"),
+    ("bad websocket upgrade", b"GET /livez HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                              b"Connection: Upgrade\r\nSec-WebSocket-Key: !!\r\n\r\n"),
+    ("500 pipelined requests", b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n" * 500),
+    ("binary noise", bytes(range(256)) * 16),
+]
+"""Malformed or hostile requests, each on its own connection. Handled means: an HTTP
+answer (4xx/5xx for the bad ones, never a traceback in it) or a closed connection, no
+``error`` log record and no traceback in the log, and the agent still answering."""
+
+
+def _metric(text: str, name: str) -> float:
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert m, f"{name} not in /metrics"
+    return float(m.group(1))
+
+
+async def _closed_by_peer(reader: asyncio.StreamReader) -> bool:
+    """Read until the server closes (EOF, or a reset seen by a write); True if it sent
+    nothing before closing."""
+    try:
+        return await reader.read() == b""
+    except ConnectionError:
+        return True
+
+
+async def _exchange(port: int, payload: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(payload)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        data = b""
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(5):  # until closed, or quiet for 0.5 s after a reply
+                while chunk := await (reader.read(65536) if not data else
+                                      asyncio.wait_for(reader.read(65536), 0.5)):
+                    data += chunk
+        return data
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def test_malformed_requests_get_a_400_an_info_line_and_a_count(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
+        port = int(agent.base.rsplit(":", 1)[1])
+        handled, answers = 0, {}
+        for name, payload in BAD_REQUESTS:
+            caplog.clear()
+            reply = await _exchange(port, payload)
+            status = int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/1.") else None
+            answers[name] = status
+            errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+            live, _ = await agent.get("/livez")
+            assert b"Traceback" not in reply, name
+            assert not errors, (name, [r.getMessage() for r in errors])
+            assert live == 200, name
+            handled += 1
+        _, text = await agent.get("/metrics")
+    assert handled == len(BAD_REQUESTS)
+    bad = sum(1 for s in answers.values() if s == 400)
+    not_400 = {n: s for n, s in answers.items() if s != 400}
+    assert not_400 == {  # well-formed HTTP, answered as such, or no request at all
+        "only line ends": None, "NUL escaped in the path": 404, "path traversal": 404,
+        "POST with a body over 4 KB": 405, "DELETE": 405, "bad websocket upgrade": 200,
+        "500 pipelined requests": 200}
+    assert bad == len(BAD_REQUESTS) - len(not_400)
+    assert _metric(text, "edgeheal_http_bad_requests_total") == bad  # each counted once
+    assert [r.getMessage() for r in caplog.records if r.name == "edgeheal.http"] == [
+        "bad HTTP request from 127.0.0.1: 400 BadHttpMethod"]  # the last one, "binary noise"
+
+
+async def test_connections_that_send_no_request_are_closed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http, "REQUEST_TIMEOUT", 0.5)
+    async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
+        port = int(agent.base.rsplit(":", 1)[1])
+        silent = await asyncio.open_connection("127.0.0.1", port)
+        slow = await asyncio.open_connection("127.0.0.1", port)  # a slowloris
+        began = time.monotonic()
+        async with asyncio.timeout(10):
+            for line in (b"GET /livez HTTP/1.1\r\n", b"Host: x\r\n", b"X-A: 1\r\n",
+                         b"X-B: 2\r\n", b"X-C: 3\r\n", b"X-D: 4\r\n", b"X-E: 5\r\n"):
+                with contextlib.suppress(ConnectionError):  # closed under us: fine
+                    slow[1].write(line)  # one header line every 0.4 s, never the blank one
+                    await slow[1].drain()
+                await asyncio.sleep(0.4)
+            assert await _closed_by_peer(silent[0])
+            assert await _closed_by_peer(slow[0])
+        took = time.monotonic() - began
+        for _, writer in (silent, slow):
+            writer.close()
+        assert took < 5.0, f"closed only after {took:.1f}s"
+        _, text = await agent.get("/metrics")
+        assert 'edgeheal_http_connections_closed_total{reason="no_request"} 2.0' in text
+        status, _ = await agent.get("/livez")  # a real request is served as before
+        assert status == 200
+
+
+async def test_over_the_connection_cap_the_oldest_is_closed_and_probes_get_through(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http, "connection_cap", lambda soft_limit=None: 8)
+    async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
+        port = int(agent.base.rsplit(":", 1)[1])
+        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]
+        try:
+            async with asyncio.timeout(5):
+                assert await _closed_by_peer(idle[0][0])  # the oldest went first
+            for _ in range(5):  # fresh probes keep getting through
+                status, _ = await agent.get("/livez")
+                assert status == 200
+            _, text = await agent.get("/metrics")
+        finally:
+            for _, writer in idle:
+                writer.close()
+        assert "edgeheal_http_connections_max 8.0" in text
+        closed = _metric(text, 'edgeheal_http_connections_closed_total{reason="over_limit"}')
+        assert closed >= 30 - 8
+        assert _metric(text, "edgeheal_http_connections") <= 8 + 1
+
+
+def test_the_connection_cap_leaves_descriptors_for_the_checks() -> None:
+    assert http.connection_cap(1024) == http.MAX_CONNECTIONS  # 256 of 1024
+    assert http.connection_cap(512) == 128
+    assert http.connection_cap(64) == 8  # never none at all
+    assert http.connection_cap(10**6) == http.MAX_CONNECTIONS
+
+
+async def test_the_agent_exports_its_own_memory_and_descriptors(tmp_path: Path) -> None:
+    async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
+        _, text = await agent.get("/metrics")
+        with open("/proc/self/statm") as statm_file:  # noqa: ASYNC230 - procfs, instant
+            pages = int(statm_file.read().split()[1])
+    rss = _metric(text, "edgeheal_resident_memory_bytes")
+    statm = pages * os.sysconf("SC_PAGE_SIZE")
+    assert 10e6 < rss < 2e9
+    assert abs(rss - statm) < 50e6  # the same process, read moments apart
+    fds = _metric(text, "edgeheal_open_fds")
+    assert 3 <= fds <= len(os.listdir("/proc/self/fd")) + 50
+    assert "edgeheal_max_fds " in text
+
+
+def test_memory_limits_are_read_from_the_cgroup(tmp_path: Path) -> None:
+    from edgeheal.metrics import SelfCollector, _cgroup_files  # noqa: PLC0415
+
+    group = tmp_path / "sys" / "system.slice" / "edgeheal.service"
+    group.mkdir(parents=True)
+    (group / "memory.high").write_text("100663296\n")
+    (group / "memory.max").write_text("max\n")
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/system.slice/edgeheal.service\n")
+    files = _cgroup_files(proc, tmp_path / "sys")
+    assert files == {"high": group / "memory.high", "max": group / "memory.max"}
+    families = {m.name: m for m in SelfCollector(cgroup=files).collect()}
+    samples = families["edgeheal_memory_limit_bytes"].samples
+    assert [(s.labels, s.value) for s in samples] == [({"limit": "high"}, 100663296)]
+    assert _cgroup_files(tmp_path / "missing", tmp_path / "sys") == {}

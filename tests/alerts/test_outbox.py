@@ -132,7 +132,7 @@ def test_a_corrupt_database_is_moved_aside_and_a_new_one_started(
     box = Outbox(path, max_count=10, max_age=60)
     assert box.depth() == 0
     assert list(tmp_path.glob("o.db.corrupt-*"))
-    assert "unreadable" in caplog.text
+    assert "is corrupt" in caplog.text
     _add(box, 1)
     assert box.depth() == 1
 

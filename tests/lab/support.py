@@ -82,20 +82,22 @@ def interrupt_after(marker: str, tmp_path: Path, scenario: str = "stuck-flannel"
     return proc.returncode, "".join(seen) + (rest or ""), proc.pid
 
 
-def scenario_test(scenario: str) -> Callable[[Path], None]:
+def scenario_test(scenario: str, *extra: str) -> Callable[[Path], None]:
     """The end-to-end test of one scenario. Each scenario has a module of its own only so
     that pytest-xdist (``--dist loadfile``) runs them concurrently: they mostly wait."""
 
     @pytest.mark.slow
     @pytest.mark.netns
     def test(tmp_path: Path) -> None:
-        code, report, output, pid = run_lab(scenario, tmp_path)
+        code, report, output, pid = run_lab(scenario, tmp_path, *extra)
         assert report, output[-3000:]
         failed = [e for e in report["expectations"] if not e["held"]]
         assert report["passed"], f"{report.get('error')} {failed}\n{output[-3000:]}"
         assert code == 0
+        assert report["field"] is ("--field" in extra)
         assert (tmp_path / "report.svg").exists()
         assert leftovers(pid) == []
 
-    test.__doc__ = f"`edgeheal lab --scenario {scenario} --quick` passes, leaving nothing."
+    flags = " ".join(("--quick", *extra))
+    test.__doc__ = f"`edgeheal lab --scenario {scenario} {flags}` passes, leaving nothing."
     return test

@@ -37,6 +37,46 @@ async def test_publishing_without_a_connection_fails_at_once() -> None:
 
 
 @pytest.mark.netns
+async def test_connected_reason_and_since_change_together_in_one_step(
+        broker: Mosquitto) -> None:
+    """Every loop iteration sees a consistent link: connected iff reason ``ok``, and a
+    state object is never mutated, only replaced (the flake of issue 16: connected was
+    already false while the reason still read ``ok``)."""
+    link = Link(target_for(broker, keepalive=2.0, timeout=1.0), "edge-1", max_delay=0.3)
+    seen: list[tuple[bool, str, float]] = []
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        while not stop.is_set():
+            state = link.state
+            seen.append((link.connected, state.reason, state.since))
+            assert link.connected is state.up
+            assert state.up == (state.reason == "ok"), (link.connected, state)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(link.run(), name="test.link")
+    watcher = asyncio.create_task(watch(), name="test.watch")
+    try:
+        for _ in range(2):
+            await until(lambda: link.connected)
+            link.drop()  # ends the connection ourselves: the state goes down at once
+            assert (link.connected, link.state.reason) == (False, "unreachable")
+        await until(lambda: link.connected)
+        broker.kill()  # the broker vanishes: the end comes from the socket
+        await until(lambda: not link.connected)
+        assert watcher.done() is False  # no inconsistent view raised in the watcher
+    finally:
+        stop.set()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await link.close()
+        await watcher  # re-raises what the watcher saw
+    ups = [since for up, _, since in seen if up]
+    assert len(set(ups)) == 3  # three connections, each with its own since
+    assert not link.connected
+
+
+@pytest.mark.netns
 async def test_the_link_reconnects_after_the_broker_comes_back(broker: Mosquitto) -> None:
     link = Link(target_for(broker, keepalive=2.0, timeout=1.0), "edge-1", max_delay=0.5)
     task = asyncio.create_task(link.run(), name="test.link")
@@ -108,10 +148,14 @@ async def test_a_silently_dead_path_is_noticed_by_keepalive_within_two_periods(
         await asyncio.sleep(0)
         hole.swallow = True  # packets vanish; nothing is closed
         began = time.monotonic()
-        await until(lambda: not link.connected, within=6)
-        assert link.state.reason == "timeout"
-        assert "keepalive" in link.state.message
-        assert time.monotonic() - began < 2 * 1.0 + 2 * 1.0 + 1.5  # 2 periods + ticks
+        # wait on the condition asserted: the link's (one, immutable) state going down
+        down = await until(lambda: link.state if not link.state.up else None, within=6,
+                           what="the link's state going down")
+        took = time.monotonic() - began
+        assert not link.connected
+        assert (down.reason, down.since) == ("timeout", link.state.since)
+        assert "keepalive" in down.message
+        assert took < 2 * 1.0 + 2 * 1.0 + 1.5  # 2 periods + ticks
         with pytest.raises(MqttError):
             await link.publish("edgeheal/test", b"x")
     finally:

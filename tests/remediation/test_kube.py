@@ -243,3 +243,36 @@ async def test_in_cluster_credentials_work_and_a_rotated_token_is_reread(
     finally:
         await kube.close()
     assert [r.status for r in api.requests][-2:] == [401, 200]
+
+
+async def test_a_stale_resource_version_precondition_is_a_409(api: FakeKube,
+                                                              client: KubeClient) -> None:
+    pod = api.pod_on(NS, NODE)
+    name = pod["metadata"]["name"]
+    api.set_ready(NS, name, True)  # a change: the version read before is stale now
+    with pytest.raises(KubeConflict, match="ResourceVersion in precondition"):
+        await client.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", what="delete",
+                             body={"kind": "DeleteOptions", "preconditions": {
+                                 "resourceVersion": pod["metadata"]["resourceVersion"]}})
+    assert api.deletions == []
+
+
+async def test_a_watch_from_a_compacted_version_ends_with_410_expired(
+        api: FakeKube, client: KubeClient) -> None:
+    _, version = await client.list_pods(NS, SELECTOR, NODE)
+    api.set_ready(NS, api.pod_on(NS, NODE)["metadata"]["name"], True)
+    api.compact()
+    with pytest.raises(KubeError, match="too old resource version") as err:
+        async for _ in client.watch_pods(NS, SELECTOR, NODE, version, 5.0):
+            pass
+    assert err.value.status == 410
+
+
+async def test_a_dry_run_delete_changes_nothing(api: FakeKube, client: KubeClient) -> None:
+    pod = api.pod_on(NS, NODE)
+    name = pod["metadata"]["name"]
+    answer = await client.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}",
+                                  what="delete", params={"dryRun": "All"})
+    assert answer["metadata"]["deletionTimestamp"]
+    assert api.pod_on(NS, NODE) == pod  # same resourceVersion: nothing happened
+    assert api.deletions == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +134,94 @@ async def test_a_403_on_events_turns_them_off_with_one_warning(
     finally:
         await asyncio.gather(*rem.reporter.background, return_exceptions=True)
         await rem.kube().close()
+
+
+# --- the API's realism: graceful deletion, watch expiry, precondition races ---------------
+
+def delete_requests(api: FakeKube) -> list[str]:
+    return [r.path for r in api.requests if r.method == "DELETE"]
+
+
+async def test_a_terminating_pod_is_waited_out_counted_once_and_never_deleted_again(
+        api: FakeKube, client: KubeClient) -> None:
+    """The old pod stays listed, Terminating, long after its replacement is Ready."""
+    api.stop_delay = 30.0
+    old = api.pod_on(NS, NODE)
+    remedy = PodRemedy(client, SETTINGS, node=NODE)
+    outcome = await remedy.restart()
+    (going,) = api.terminating(NS, NODE)
+    assert going["metadata"]["uid"] == old["metadata"]["uid"]
+    assert going["metadata"]["deletionGracePeriodSeconds"] == 30
+    new = api.pod_on(NS, NODE)
+    assert new["metadata"]["name"] in outcome.detail
+    # two Flannel pods listed on the node, one of them Terminating: no "rollout" refusal
+    availability = await remedy.probe()
+    assert availability.usable
+    assert new["metadata"]["name"] in availability.why
+    # a second restart deletes the live replacement, never the Terminating pod again
+    await remedy.restart()
+    assert [d["metadata"]["uid"] for d in api.deletions] == [old["metadata"]["uid"],
+                                                            new["metadata"]["uid"]]
+    assert len(delete_requests(api)) == 2
+
+
+async def test_a_pod_someone_else_deleted_is_not_deleted_again_its_replacement_awaited(
+        api: FakeKube, client: KubeClient) -> None:
+    api.stop_delay, api.replace_delay = 30.0, 0.5
+    old = api.pod_on(NS, NODE)
+    name = old["metadata"]["name"]
+    await client.request("DELETE", f"/api/v1/namespaces/{NS}/pods/{name}", what="kubectl")
+    outcome = await PodRemedy(client, SETTINGS, node=NODE).restart()
+    assert "was already terminating" in outcome.detail
+    assert outcome.target == f"pod {NS}/{name}"
+    assert len(delete_requests(api)) == 1  # only the other party's
+    assert api.pod_on(NS, NODE)["metadata"]["uid"] != old["metadata"]["uid"]
+
+
+async def test_a_watch_that_expires_mid_restart_is_followed_by_a_new_list_and_watch(
+        api: FakeKube, client: KubeClient, sleeps: Any) -> None:
+    api.ready_delay = 1.0
+    loop = asyncio.get_running_loop()
+    api.before(lambda: loop.call_later(0.2, api.expire_watches), method="GET",
+               query="watch=true", times=1)
+    outcome = await PodRemedy(client, SETTINGS, node=NODE).restart()
+    assert api.pod_on(NS, NODE)["metadata"]["name"] in outcome.detail
+    pod_reads = ["watch" if "watch=true" in r.query else "list" for r in api.requests
+                 if r.method == "GET" and r.path == f"/api/v1/namespaces/{NS}/pods"]
+    assert pod_reads[:5] == ["list", "list", "watch", "list", "watch"]  # find, wait: 410
+    assert sleeps.delays == []  # 410 means "re-list now", not "back off"
+
+
+async def test_a_pod_recreated_between_the_check_and_the_delete_is_a_409_not_a_deletion(
+        api: FakeKube, client: KubeClient) -> None:
+    name = api.pod_on(NS, NODE)["metadata"]["name"]
+    api.before(lambda: api.recreate(NS, name), method="DELETE", times=1)
+    with pytest.raises(RemedyError, match="Precondition failed: UID in precondition") as err:
+        await PodRemedy(client, SETTINGS, node=NODE).restart()
+    assert not err.value.config_problem
+    assert api.deletions == []
+    assert [r.status for r in api.requests if r.method == "DELETE"] == [409]
+
+
+async def test_dry_run_never_deletes_the_agent_uses_no_server_dry_run(
+        api: FakeKube, token: Credentials, tmp_path: Path) -> None:
+    """``dry_run`` is the actor's: it decides, reports and never calls the remedy's restart,
+    so no DELETE (not even ``?dryRun=All``) reaches the API."""
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig", token)
+    config = make_config(tmp_path, 'mode = "pod"\ndry_run = true',
+                         kube=f'[kubernetes]\nkubeconfig = "{kubeconfig}"\n'
+                              "node_condition = false\n")
+    world = World(config, Clock(step=0.01))
+    rem = Remediator(world.ctx, boot_clock=lambda: world.clock.now + 4000.0, boot="b",
+                     tick=0.001)
+    try:
+        await rem.resolve()
+        await rem.evaluate(world.snap)
+        assert "remediation.restarted" not in world.kinds()
+        await until(lambda: any(e["reason"] == "FlannelRestarted" for e in api.events)
+                    or bool(world.kinds()), what="the dry run reported")
+    finally:
+        await asyncio.gather(*rem.reporter.background, return_exceptions=True)
+        await rem.kube().close()
+    assert delete_requests(api) == []
+    assert api.deletions == []

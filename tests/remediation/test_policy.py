@@ -28,8 +28,8 @@ MODES = ("pod", "k3s-service")
 def view(mode: str, *, wg: State | None = FAIL, reason: str = "stalled",
          tunnel: dict[str, State] | None = None, direct: dict[str, State] | None = None,
          offload: State | None = OK, started: float = 0.0, booted: float = -10_000.0,
-         direct_ok_since: float = -10_000.0) -> TunnelView:
-    return TunnelView(mode=mode, wireguard=wg, wireguard_reason=reason,
+         direct_ok_since: float = -10_000.0, cause: str = "") -> TunnelView:
+    return TunnelView(mode=mode, wireguard=wg, wireguard_reason=reason, wireguard_cause=cause,
                       tunnel_mqtt={"broker-tunnel": OK} if tunnel is None else tunnel,
                       direct_mqtt={"broker-direct": OK} if direct is None else direct,
                       offload=offload, offload_reason="all_off" if offload else "",
@@ -127,6 +127,32 @@ CASES: list[tuple[str, dict[str, Any], History, float, dict[str, Any],
     ("the direct path is checked before the time gates", {"direct": {"d": FAIL},
                                                           "started": 999.0},
      History(), 1000, {}, [("skip", "direct_path_down")]),
+    # rung 3b: a device that cannot send is never restarted; the cause names the skip
+    ("send_failing with the address gone is an uplink problem",
+     {"reason": "send_failing", "cause": "no_address"}, History(), 1000, {},
+     [("skip", "uplink_down")]),
+    ("send_failing with the route gone is an uplink problem",
+     {"reason": "send_failing", "cause": "no_route"}, History(), 1000, {},
+     [("skip", "uplink_down")]),
+    ("send_failing with the link down is an uplink problem",
+     {"reason": "send_failing", "cause": "link_down"}, History(), 1000, {},
+     [("skip", "uplink_down")]),
+    ("send_failing without an endpoint is not cured by a restart either",
+     {"reason": "send_failing", "cause": "no_endpoint"}, History(), 1000, {},
+     [("skip", "uplink_down")]),
+    ("send_failing with the uplink fine is a local drop: no restart",
+     {"reason": "send_failing", "cause": "local"}, History(), 1000, {},
+     [("skip", "local_send_failure")]),
+    ("send_failing with an unknown cause: no restart",
+     {"reason": "send_failing", "cause": "unknown"}, History(), 1000, {},
+     [("skip", "send_failing")]),
+    ("send_failing is decided before every safeguard and the time gates",
+     {"reason": "send_failing", "cause": "local", "started": 999.0},
+     History(paused_until=2000.0, circuit_open=True), 1000, {},
+     [("skip", "local_send_failure")]),
+    ("send_failing while the direct path is down is still the uplink",
+     {"reason": "send_failing", "cause": "no_route", "direct": {"d": FAIL}}, History(),
+     1000, {}, [("skip", "uplink_down")]),
 ]
 
 
@@ -258,6 +284,32 @@ def _snap(direct: State, direct_since: float) -> Snapshot:
                                       "broker-direct": status("broker-direct", direct,
                                                               direct_since)},
                     started_mono=0.0, taken_mono=100.0, round_complete=True)
+
+
+@pytest.mark.parametrize(("cause", "skip", "says"), [
+    ("no_address", "uplink_down", "uplink is gone"),
+    ("local", "local_send_failure", "firewall"),
+])
+def test_a_send_failure_says_its_cause_and_is_read_from_the_check_detail(
+        cause: str, skip: str, says: str) -> None:
+    cfg = loads('[[mqtt.targets]]\nname = "broker-direct"\nhost = "h"\npath = "direct"\n')
+    wg = CheckStatus(name="wireguard", state=FAIL, reason="send_failing", message="",
+                     since=datetime.now(UTC), since_mono=5.0, detail={"cause": cause},
+                     required=True, runs=3)
+    snap = Snapshot(node="n", checks={"wireguard": wg}, started_mono=0.0, taken_mono=100.0,
+                    round_complete=True)
+    seen = view_of(snap, cfg, mode="pod")
+    assert seen.wireguard_cause == cause
+    assert seen.failure() == "wireguard_send_failing"
+    (action,) = decide(seen, History(), 1000, SETTINGS)
+    assert (action.kind, action.reason) == ("skip", skip)
+    assert says in action.message
+    assert cause in action.message
+    # the cause is read for send_failing only
+    other = view_of(Snapshot(node="n", checks={"wireguard": replace(wg, reason="stalled")},
+                             started_mono=0.0, taken_mono=100.0, round_complete=True),
+                    cfg, mode="pod")
+    assert other.wireguard_cause == ""
 
 
 def test_the_direct_path_coming_up_at_start_is_not_an_uplink_recovery() -> None:

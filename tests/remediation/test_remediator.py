@@ -77,6 +77,22 @@ async def test_a_restart_that_does_not_cure_is_reported_failed(tmp_path: Path,
     assert world.metric("restart", "not_recovered") == 1.0
 
 
+async def test_verification_asks_for_fresh_runs_of_the_checks_it_waits_for(
+        tmp_path: Path) -> None:
+    """After a restart the tunnel-path probe must not wait its full interval (60 s by
+    default) to prove recovery: the actor hastens what lacks a fresh ok, bounded."""
+    world = World(make_config(tmp_path, 'mode = "pod"'), Clock(step=0.05))
+    asked: list[str] = []
+    world.ctx = dataclasses.replace(world.ctx, hasten=asked.append)
+    rem = remediator(world, {"pod": ScriptedRemedy("pod")})
+    await rem.resolve()
+    await rem.evaluate(world.snap)  # never recovers: verification runs its whole 5 s
+    assert world.kinds() == ["remediation.restarted", "remediation.failed"]
+    assert set(asked) == {"wireguard", "broker-tunnel"}
+    # every VERIFY_HASTEN_EVERY (5 s) of the 5 s window, not on every tick
+    assert 1 <= asked.count("broker-tunnel") <= 2
+
+
 async def test_a_permission_problem_is_a_config_problem_result(tmp_path: Path,
                                                                 mode: str) -> None:
     world = World(make_config(tmp_path, f'mode = "{mode}"'), Clock(step=0.01))

@@ -220,6 +220,12 @@ def test_the_hardening_applies_and_the_agent_still_works(container: Container) -
     assert checks["offload"]["state"] == "ok", checks["offload"]
     assert http_get(container, "/readyz")[0] == 200
     assert http_get(container, "/probe/offload")[0] == 200
+    # its own RSS and descriptor limit reach /metrics under ProcSubset=pid (issue 17)
+    code, text = http_get(container, "/metrics")
+    assert code == 200
+    assert re.search(r"^edgeheal_resident_memory_bytes [1-9]", text, re.MULTILINE), text
+    assert "edgeheal_max_fds 4096.0" in text
+    print("memory limits:", re.findall(r"^edgeheal_memory_limit_bytes.*$", text, re.MULTILINE))
     listing = container.run(["ls", "-ln", "/var/lib/edgeheal"]).stdout
     assert re.search(rf"^s\S+ +\d+ +{uid} .*control\.sock$", listing, re.MULTILINE), listing
     mode = container.run(["stat", "-c", "%a %u", "/var/lib/edgeheal"]).stdout.split()

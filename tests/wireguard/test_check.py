@@ -4,6 +4,7 @@ metrics. The reader is injected, so these tests need no tunnel and no real time.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 from dataclasses import replace
 
@@ -12,7 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from edgeheal import checks, wg
 from edgeheal.checks import wireguard as wgcheck
-from edgeheal.model import State
+from edgeheal.model import CheckStatus, State
+from edgeheal.wg.egress import Diagnosis
 from tests.support import Clock, context
 
 CLOUD = "Q0xPVURDTE9VRENMT1VEQ0xPVURDTE9VRENMT1VEQ0w="   # routes 10.42.0.0/24 (the broker)
@@ -179,8 +181,9 @@ async def test_a_wall_clock_step_neither_fakes_nor_hides_a_dead_tunnel() -> None
     device = mesh_device(clock, edge2_age=10)
 
     def at(hs: float) -> wg.DeviceStats:
-        return replace(device, peers=tuple(replace(p, last_handshake=hs, rx_bytes=p.rx_bytes
-                                                   + int(clock.now)) for p in device.peers))
+        return replace(device, peers=tuple(replace(
+            p, last_handshake=hs, rx_bytes=p.rx_bytes + int(clock.now),
+            tx_bytes=p.tx_bytes + int(clock.now)) for p in device.peers))
 
     reader.devices["flannel-wg"] = at(hs_wall)
     assert (await check.run()).reason == "ok"
@@ -192,6 +195,7 @@ async def test_a_wall_clock_step_neither_fakes_nor_hides_a_dead_tunnel() -> None
     clock.step_wall(-7200)  # and back: a dead tunnel must still age into "dead"
     for _ in range(40):
         clock.advance(5)
+        reader.devices["flannel-wg"] = at(hs_wall)  # keepalives still go out
         result = await check.run()
     assert result.reason == "dead"
     assert result.detail["peers"][0]["handshake_age_seconds"] == pytest.approx(215, abs=0.1)
@@ -288,3 +292,214 @@ def test_the_check_and_the_uapi_reader_do_not_load_pyroute2() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+# --- send failures and suspicion ----------------------------------------------------------
+
+class FakeEgress:
+    """Stands for rtnetlink: what was asked, and a canned diagnosis."""
+
+    def __init__(self, cause: str = "no_route") -> None:
+        self.cause = cause
+        self.learned: list[str] = []
+        self.diagnosed: list[tuple[str, str | None]] = []
+
+    async def learn(self, address: object) -> str | None:
+        self.learned.append(str(address))
+        return "192.0.2.10"
+
+    async def diagnose(self, endpoint: object, *, source: str | None) -> Diagnosis:
+        self.diagnosed.append((str(endpoint), source))
+        return Diagnosis(self.cause, f"canned {self.cause}", {"endpoint": str(endpoint)})
+
+
+def with_egress(toml: str = TOML, cause: str = "no_route") -> tuple[
+        wgcheck.WireguardCheck, FakeReader, Clock, FakeEgress, list[str]]:
+    clock, reader, egress = Clock(), FakeReader(), FakeEgress(cause)
+    hastened: list[str] = []
+    ctx = replace(context(toml, clock=clock).ctx, hasten=hastened.append)
+    check = wgcheck.WireguardCheck(ctx, reader=reader, egress=egress)  # type: ignore[arg-type]
+    return check, reader, clock, egress, hastened
+
+
+def counters(clock: Clock, *, rx: int, tx: int, cloud_age: float = 30.0) -> wg.DeviceStats:
+    return wg.DeviceStats("flannel-wg", 51820, (
+        peer(CLOUD, hs_age=cloud_age, clock=clock, allowed=("10.42.0.0/24",), rx=rx, tx=tx),
+        peer(EDGE2, hs_age=10, clock=clock, allowed=("10.42.2.0/24",),
+             endpoint="203.0.113.2:51820", rx=rx, tx=tx),
+    ), reader="uapi")
+
+
+async def test_a_healthy_tunnel_learns_each_endpoint_once_and_asks_nothing_more() -> None:
+    check, reader, clock, egress, hastened = with_egress()
+    for i in range(30):  # 150 s, keepalives both ways every 25 s
+        reader.devices["flannel-wg"] = counters(clock, rx=1000 + 32 * (i // 5),
+                                                tx=1000 + 32 * (i // 5))
+        result = await check.run()
+        assert result.reason == "ok"
+        assert result.detail["suspect"] is False
+        clock.advance(5)
+    assert sorted(egress.learned) == ["198.51.100.1", "203.0.113.2"]
+    assert egress.diagnosed == []
+    assert hastened == []
+
+
+async def test_a_send_failure_names_its_cause_in_the_result_and_the_peer_row() -> None:
+    check, reader, clock, egress, _ = with_egress(cause="no_address")
+    reader.devices["flannel-wg"] = counters(clock, rx=1000, tx=1000)
+    await check.run()
+    clock.advance(31)  # K + 5 s and a bit, nothing sent or received
+    result = await check.run()
+    assert (result.state, result.reason) == (State.FAILED, "send_failing")
+    assert result.detail["cause"] == "no_address"
+    assert "no_address" in result.message
+    row = next(p for p in result.detail["peers"] if p["peer"] == CLOUD[:8])
+    assert row["send_failure"]["cause"] == "no_address"
+    # the diagnosis used the source address learned while the peer was healthy
+    assert ("198.51.100.1", "192.0.2.10") in egress.diagnosed
+    assert wgcheck._alert(CheckStatus(
+        name="wireguard", state=State.FAILED, reason="send_failing", message="",
+        since=clock.wall(), since_mono=clock.now, detail={}, required=True, runs=2),
+    ) == ("wireguard.send_failing", "wireguard.recovered")
+
+
+async def test_a_suspect_peer_hastens_the_tunnel_targets_once_then_every_few_seconds() -> None:
+    toml = TOML + '[[mqtt.targets]]\nname = "cloud2"\nhost = "10.42.0.18"\npath = "tunnel"\n'
+    check, reader, clock, _, hastened = with_egress(toml)
+    reader.devices["flannel-wg"] = counters(clock, rx=1000, tx=1000)
+    await check.run()
+    tx = 1000
+    seen = []
+    for _ in range(66):  # rx silent (a blackhole) while our keepalives leave every 25 s
+        clock.advance(1)
+        tx += 32 if int(clock.now) % 25 == 0 else 0
+        reader.devices["flannel-wg"] = counters(clock, rx=1000, tx=tx)
+        result = await check.run()
+        seen.append((clock.now - 1000, len(hastened), result.detail["suspect"]))
+    first = next(t for t, n, _ in seen if n)
+    assert first == pytest.approx(40.0)  # K + 15 s of silence on an idle tunnel
+    assert next(s for t, _, s in seen if t == first) is True
+    assert result.detail["suspicion"]
+    assert "nothing received" in result.detail["suspicion"][0]
+    # both tunnel-path targets (never the direct one), every 5 s, at most HASTEN_MAX times
+    assert set(hastened) == {"cloud", "cloud2"}
+    assert len(hastened) == 2 * wgcheck.HASTEN_MAX
+    times = [t for (_, m, _), (t, n, _) in itertools.pairwise(seen) if n != m]
+    assert times[0] == first
+    assert len(times) == wgcheck.HASTEN_MAX
+    assert all(b - a >= wgcheck.HASTEN_EVERY for a, b in itertools.pairwise(times))
+
+
+async def test_a_new_suspicion_episode_hastens_again_and_an_unwatched_peer_never_does() -> None:
+    check, reader, clock, _, hastened = with_egress()
+    reader.devices["flannel-wg"] = counters(clock, rx=1000, tx=1000)
+    await check.run()
+    clock.advance(29)
+    await check.run()
+    assert hastened == []  # K + 4 s: not yet
+    clock.advance(1)
+    await check.run()
+    assert hastened == ["cloud"]
+    reader.devices["flannel-wg"] = counters(clock, rx=1032, tx=1032)  # traffic is back
+    clock.advance(1)
+    assert (await check.run()).detail["suspect"] is False
+    # nothing either way for K + 5 s was also a send_failing verdict: its end is confirmed
+    assert hastened == ["cloud", "cloud"]
+    clock.advance(29.5)
+    await check.run()
+    assert hastened == ["cloud", "cloud"]
+    clock.advance(0.5)
+    await check.run()
+    assert hastened == ["cloud", "cloud", "cloud"]
+    # EDGE2 alone going silent (not watched) is no reason to probe
+    check, reader, clock, _, hastened = with_egress()
+    device = counters(clock, rx=1000, tx=1000)
+    reader.devices["flannel-wg"] = device
+    await check.run()
+    for _ in range(8):
+        clock.advance(5)
+        peers = (replace(device.peers[0], rx_bytes=device.peers[0].rx_bytes + int(clock.now),
+                         tx_bytes=device.peers[0].tx_bytes + int(clock.now)),
+                 device.peers[1])
+        reader.devices["flannel-wg"] = replace(device, peers=peers)
+        await check.run()
+    assert hastened == []
+
+
+@pytest.mark.parametrize("verdict", ["no_peers", "interface_missing", "send_failing"])
+async def test_a_failed_verdict_hastens_the_tunnel_targets_like_a_suspicion(
+        verdict: str) -> None:
+    check, reader, clock, _, hastened = with_egress()
+    healthy = counters(clock, rx=1000, tx=1000)
+    reader.devices["flannel-wg"] = healthy
+    await check.run()
+    assert hastened == []
+    if verdict == "no_peers":  # stuck Flannel: the cloud peer is gone
+        reader.devices["flannel-wg"] = replace(healthy, peers=healthy.peers[1:])
+    elif verdict == "interface_missing":
+        del reader.devices["flannel-wg"]
+    clock.advance(2 if verdict != "send_failing" else 31)
+    result = await check.run()
+    assert (result.state, result.reason) == (State.FAILED, verdict)
+    assert hastened == ["cloud"]  # at once, never the direct-path target
+    for _ in range(40):  # then every HASTEN_EVERY s, at most HASTEN_MAX per episode
+        clock.advance(2)
+        await check.run()
+    assert hastened == ["cloud"] * wgcheck.HASTEN_MAX
+
+
+async def test_a_verdict_after_a_spent_suspicion_episode_hastens_again() -> None:
+    check, reader, clock, _, hastened = with_egress()
+    reader.devices["flannel-wg"] = counters(clock, rx=1000, tx=1000)
+    await check.run()
+    tx = 1000
+    for _ in range(40):  # 80 s of a blackhole: rx silent, our keepalives leave every 25 s
+        clock.advance(2)
+        tx += 32 if int(clock.now) % 25 < 2 else 0
+        reader.devices["flannel-wg"] = counters(clock, rx=1000, tx=tx)
+        result = await check.run()
+    assert result.reason == "stalled"
+    # HASTEN_MAX for the suspicion, and a fresh episode for the verdict
+    assert len(hastened) > wgcheck.HASTEN_MAX
+    assert len(hastened) <= 2 * wgcheck.HASTEN_MAX
+
+
+@pytest.mark.parametrize(("cause", "suspect"), [("no_address", True), ("link_down", True),
+                                                ("local", False)])
+async def test_a_busy_tunnel_falling_silent_asks_the_kernel_once_about_the_uplink(
+        cause: str, suspect: bool) -> None:
+    check, reader, clock, egress, hastened = with_egress(cause=cause)
+    rx = tx = 1000
+    for _ in range(5):  # a collector's traffic both ways
+        rx, tx = rx + 200, tx + 300
+        reader.devices["flannel-wg"] = counters(clock, rx=rx, tx=tx)
+        assert (await check.run()).detail["suspect"] is False
+        clock.advance(2)
+    seen = []
+    for _ in range(5):  # then nothing either way: the uplink's address went
+        result = await check.run()
+        seen.append(result.detail["suspect"])
+        clock.advance(2)
+    assert seen == [False, suspect, suspect, suspect, suspect]  # from 4 s of silence
+    assert len(egress.diagnosed) == 1  # one question per silence
+    # at once (4 s), then every HASTEN_EVERY while it lasts (10 s)
+    assert hastened == (["cloud", "cloud"] if suspect else [])
+    if suspect:
+        assert f"uplink is gone: {cause}" in result.detail["suspicion"][0]
+
+
+async def test_the_tunnel_back_from_a_failed_verdict_is_confirmed_once() -> None:
+    check, reader, clock, _, hastened = with_egress()
+    healthy = counters(clock, rx=1000, tx=1000)
+    reader.devices["flannel-wg"] = replace(healthy, peers=healthy.peers[1:])  # stuck
+    assert (await check.run()).reason == "no_peers"
+    assert hastened == ["cloud"]
+    clock.advance(2)
+    reader.devices["flannel-wg"] = counters(clock, rx=1100, tx=1100)  # Flannel restarted
+    assert (await check.run()).reason == "ok"
+    assert hastened == ["cloud", "cloud"]  # the repair confirmed at once
+    for i in range(5):  # and nothing more while it stays healthy
+        clock.advance(2)
+        reader.devices["flannel-wg"] = counters(clock, rx=1200 + i * 300, tx=1200 + i * 300)
+        assert (await check.run()).reason == "ok"
+    assert hastened == ["cloud", "cloud"]

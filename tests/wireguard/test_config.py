@@ -19,6 +19,8 @@ KEY = "NHaGGWcW3a1sapt+JD/2harVDhDxKOnxBE9CNO0J/D8="
     ('dead_after = "2m"\nrekey_failing_after = "3m"', "wireguard.rekey_failing_after",
      "less than dead_after (2m)"),
     ('rx_stall_after = 0', "wireguard.rx_stall_after", "greater than zero"),
+    ('send_fail_after = 0', "wireguard.send_fail_after", "greater than zero"),
+    ('send_fail_after = "soon"', "wireguard.send_fail_after", "expected"),
     ('connect_grace = "soon"', "wireguard.connect_grace", "expected a duration"),
     ('dead_after = "later"', "wireguard.dead_after", "expected"),
     ('rekey_after = "auto"', "wireguard.rekey_after", "unknown key"),
@@ -32,6 +34,9 @@ def test_bad_wireguard_settings_are_rejected_by_key(toml: str, key: str, problem
 
 def test_good_settings_parse_with_auto_and_durations() -> None:
     wg = validation.loads(f'[wireguard]\nwatch_peers = ["{KEY}", "203.0.113.0/24"]\n'
-                      'dead_after = "200s"\nrx_stall_after = "1m"\n').wireguard
+                      'dead_after = "200s"\nrx_stall_after = "1m"\n'
+                      'send_fail_after = "40s"\n').wireguard
     assert wg.watch_peers == (KEY, "203.0.113.0/24")
     assert (wg.rekey_failing_after, wg.dead_after, wg.rx_stall_after) == ("auto", 200.0, 60.0)
+    assert wg.send_fail_after == 40.0
+    assert validation.loads("").wireguard.send_fail_after == "auto"

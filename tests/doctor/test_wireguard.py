@@ -1,0 +1,110 @@
+"""The WireGuard checks against a fake /sys and /lib/modules tree and recorded devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeheal.doctor import wireguard
+from edgeheal.doctor.finding import Result
+from edgeheal.doctor.system import Route
+from tests.doctor.support import CLOUD, NEIGHBOUR, TUNNEL_CONFIG, config, edge
+
+
+def test_a_loaded_kernel_module_is_found_in_sys(tmp_path: Path) -> None:
+    (tmp_path / "sys/module/wireguard").mkdir(parents=True)
+    found = wireguard.available(edge().system(tmp_path))
+    assert (found.result, found.detail["kind"]) == (Result.OK, "kernel")
+    assert "loaded" in found.found
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("modules.builtin", "kernel/drivers/net/wireguard/wireguard.ko\n"),
+    ("kernel/drivers/net/wireguard/wireguard.ko.zst", ""),
+    ("modules.dep", "updates/dkms/wireguard.ko: kernel/lib/udp_tunnel.ko\n"),
+])
+def test_an_installed_or_built_in_module_counts(tmp_path: Path, path: str, text: str) -> None:
+    file = tmp_path / "lib/modules/6.1.0-test" / path
+    file.parent.mkdir(parents=True)
+    file.write_text(text)
+    found = wireguard.available(edge().system(tmp_path))
+    assert (found.result, found.detail["kind"]) == (Result.OK, "kernel")
+
+
+def test_another_kernels_module_does_not_count(tmp_path: Path) -> None:
+    file = tmp_path / "lib/modules/5.10.0-old/kernel/drivers/net/wireguard/wireguard.ko"
+    file.parent.mkdir(parents=True)
+    file.write_text("")
+    found = wireguard.available(edge().system(tmp_path))
+    assert found.result is Result.FAIL
+    assert "6.1.0-test" in found.found
+    assert "modprobe wireguard" in found.fix
+
+
+def test_wireguard_go_on_path_is_enough(tmp_path: Path) -> None:
+    system = edge().system(tmp_path, which=lambda n: "/usr/bin/wireguard-go"
+                           if n == "wireguard-go" else None)
+    found = wireguard.available(system)
+    assert (found.result, found.detail["kind"]) == (Result.OK, "userspace")
+
+
+async def test_watched_peers_are_those_that_route_the_tunnel_targets() -> None:
+    node = edge()
+    tunnel = await wireguard.observe(config(TUNNEL_CONFIG), node.system())
+    assert tunnel.present == ["flannel-wg"]
+    assert tunnel.missing == ["flannel-wg-v6"]
+    assert tunnel.watched["flannel-wg"] == {CLOUD}
+    found = wireguard.interfaces(config(TUNNEL_CONFIG), tunnel)
+    assert found.result is Result.OK
+    assert "flannel-wg-v6" in found.found  # absent, said so, not a failure
+
+
+async def test_no_tunnel_device_at_all_fails() -> None:
+    node = edge()
+    del node.links["flannel-wg"]
+    tunnel = await wireguard.observe(config(TUNNEL_CONFIG), node.system())
+    found = wireguard.interfaces(config(TUNNEL_CONFIG), tunnel)
+    assert found.result is Result.FAIL
+    assert "wireguard-native" in found.fix
+
+
+async def test_a_watched_peer_without_keepalive_warns() -> None:
+    tunnel = await wireguard.observe(config(TUNNEL_CONFIG), edge(keepalive=0).system())
+    found = wireguard.keepalive(config(TUNNEL_CONFIG), tunnel)
+    assert found.result is Result.WARN
+    assert CLOUD[:8] in found.found
+    assert "PersistentKeepaliveInterval" in found.fix
+
+
+async def test_an_unwatched_peer_without_keepalive_does_not_matter() -> None:
+    node = edge()
+    dev = node.devices["flannel-wg"]
+    node.devices["flannel-wg"] = type(dev)(dev.interface, dev.listen_port, (
+        dev.peers[0], type(dev.peers[1])(**{**{f: getattr(dev.peers[1], f) for f in (
+            "public_key", "endpoint", "allowed_ips", "last_handshake", "rx_bytes",
+            "tx_bytes")}, "persistent_keepalive": 0})))
+    tunnel = await wireguard.observe(config(TUNNEL_CONFIG), node.system())
+    found = wireguard.keepalive(config(TUNNEL_CONFIG), tunnel)
+    assert found.result is Result.OK
+    assert [p["peer"] for p in found.detail["peers"]] == [CLOUD[:8]]
+    assert NEIGHBOUR[:8] not in found.found
+
+
+async def test_a_tunnel_target_routed_over_the_uplink_fails() -> None:
+    node = edge()
+    node.routes["10.42.1.20"] = Route("wwan0", source="100.64.0.2")
+    cfg = config(TUNNEL_CONFIG)
+    (found,) = await wireguard.routes(cfg, await wireguard.observe(cfg, node.system()),
+                                      node.system())
+    assert found.result is Result.FAIL
+    assert "10.42.1.20 via wwan0" in found.found
+    assert 'path = "direct"' in found.fix
+
+
+async def test_a_tunnel_target_routed_through_the_tunnel_is_ok() -> None:
+    node = edge()
+    cfg = config(TUNNEL_CONFIG)
+    (found,) = await wireguard.routes(cfg, await wireguard.observe(cfg, node.system()),
+                                      node.system())
+    assert (found.result, found.found) == (Result.OK, "broker-tunnel: 10.42.1.20 via flannel-wg")
