@@ -147,11 +147,15 @@ _active: RepeatFilter | None = None
 
 def setup(level: str = "info") -> None:
     global _active  # noqa: PLW0603 - one stderr handler per process
-    if _active is not None:
-        _active.flush()
-        atexit.unregister(_active.flush)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(LogfmtFormatter(timestamps="JOURNAL_STREAM" not in os.environ))
+    if _active is not None:
+        # the old handler's stream may be gone (a redirected stderr): its counts are said
+        # through the new one, so nothing suppressed goes unsaid and nothing writes to a
+        # closed file
+        atexit.unregister(_active.flush)
+        _active.handler = handler
+        _active.flush()
     _active = RepeatFilter(handler)
     handler.addFilter(_active)
     atexit.register(_active.flush)

@@ -5,7 +5,7 @@ of that length on the kept-open alert link) drove a probe to 274 MB and the link
 856 MB: paho asks ``recv()`` for the whole remaining length at once. Now every byte passes
 edgeheal's own fixed-header reader (:class:`edgeheal.mqtt.transport.Framer`) first, which
 refuses a packet over 64 KiB before anything is buffered: ``protocol_error``, and the peak
-RSS of the process (measured in a child process, ``ru_maxrss``) stays that of an idle
+RSS of the process (measured in a child process, its ``VmHWM``) stays that of an idle
 agent. An MQTT 3.1.1 refusal is reported with its own code and name, not paho's MQTT 5
 translation (code 5 was printed as "code 135").
 """
@@ -87,7 +87,7 @@ def _target(port: int, **kw: object) -> MqttTarget:
 
 
 CHILD = r"""
-import asyncio, json, resource, sys
+import asyncio, json, sys
 from edgeheal.config import MqttTarget
 port, mode = int(sys.argv[1]), sys.argv[2]
 target = MqttTarget(name="fake", host="127.0.0.1", port=port, timeout=8.0, keepalive=30)
@@ -113,7 +113,10 @@ async def main():
     return {"reason": link.state.reason, "message": link.state.message, "seen": seen}
 
 out = asyncio.run(main())
-out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: ru_maxrss survives execve, so it would carry the high-water mark
+# of the forked pytest worker (100+ MB late in a parallel run), not this program's own
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+out["maxrss_mb"] = int(hwm.split()[1]) / 1024
 print(json.dumps(out))
 """
 

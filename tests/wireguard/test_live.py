@@ -177,9 +177,12 @@ async def test_the_incident_rekey_failing_before_180s_then_dead(mesh: WgMesh) ->
     # wireguard-go gives up a handshake after REKEY_ATTEMPT_TIME (90 s of attempts, so from
     # ~210 s of handshake age) and a dead session re-arms no keepalive: only new traffic
     # starts the next one, as a collector's next publish does in the field
-    run(["ping", "-c", "2", "-W", "1", b.overlay], ns=a.ns, check=False)
+    run(["ping", "-c", "3", "-W", "2", b.overlay], ns=a.ns, check=False)
+    # one handshake (retried every REKEY_TIMEOUT if a packet is lost), then the debounce;
+    # generous for a loaded machine: the bound is causal, the latency is the benchmark's
     await driver.until(lambda s: s.status.state is State.OK,
-                       2 * KEEPALIVE + (RECOVER_AFTER + 1) * INTERVAL + SLACK, "ok again")
+                       2 * KEEPALIVE + 3 * 5.0 + (RECOVER_AFTER + 1) * INTERVAL + 3 * SLACK,
+                       "ok again")
 
 
 @pytest.mark.slow
