@@ -275,7 +275,13 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
 
     wg, off = state(WIREGUARD), state(OFFLOAD)
     paths = by_path(snapshot, config)
-    tunnel, direct = paths.states("tunnel"), paths.states("direct")
+    # A tunnel-path target without a result yet is unknown, not absent: else an agent
+    # restarted by kill -9 whose WireGuard check's first reading says ok (one reading shows
+    # no stall) while the target's first connect is still timing out would see a healthy
+    # tunnel, close the circuit and clear the streak: restarts beyond give_up_after.
+    tunnel = {n: State.UNKNOWN for n in paths.names["tunnel"] if n in snapshot.checks}
+    tunnel |= paths.states("tunnel")
+    direct = paths.states("direct")
     direct_since = [s.since_mono for s in paths.statuses["direct"].values()
                     if s.state is State.OK]
     return TunnelView(

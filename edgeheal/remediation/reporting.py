@@ -82,7 +82,9 @@ class NodeReporter:
         if view.wireguard is None and not view.tunnel_mqtt:
             return
         healthy: bool | None = view.healthy
-        if not healthy and view.failure() is None and view.wireguard in (None, State.UNKNOWN):
+        if not healthy and view.failure() is None and (
+                view.wireguard in (None, State.UNKNOWN) or (
+                    view.wireguard is State.OK and State.UNKNOWN in view.tunnel_mqtt.values())):
             healthy = None  # no evidence either way (starting, connecting, check error)
         if healthy == self._last:
             return

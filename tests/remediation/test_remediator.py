@@ -306,3 +306,60 @@ async def test_the_uplink_settle_flag_survives_an_agent_restart(tmp_path: Path) 
     await again.resolve()
     assert [a.reason for a in await again.evaluate(second.snap)] == ["uplink_settling"]
     assert remedy.calls == 0
+
+
+async def test_a_first_reading_after_kill_9_does_not_clear_the_streak(tmp_path: Path) -> None:
+    """Replays the e2e flake (3 Flannel deletions where give_up_after = 2 allowed 2).
+
+    1. agent A restarts Flannel; the ``in_progress`` record is on disk; ``kill -9`` lands
+       before the result is written (the file keeps ``in_progress``: streak 1);
+    2. agent B starts. Its WireGuard check's first run reads the old device, whose
+       handshake is young: ``ok`` (one reading cannot show a stall), while the tunnel-path
+       MQTT target's first TCP connect into the blackhole is still timing out (no result);
+    3. that view must not count as a healthy tunnel: closing the circuit there cleared the
+       streak, and B restarted twice more before the circuit opened.
+    """
+    config = make_config(tmp_path, 'mode = "pod"\ngive_up_after = 2\ncooldown = "0s"')
+    clock = Clock(step=0.01)
+    first = World(config, clock)
+    remedy_a = ScriptedRemedy("pod")
+    rem = remediator(first, {"pod": remedy_a})
+    await rem.resolve()
+    hang = asyncio.Event()
+
+    async def delete_then_hang() -> Outcome:
+        remedy_a.calls += 1
+        await hang.wait()
+        raise AssertionError("never reached")
+
+    remedy_a.restart = delete_then_hang  # type: ignore[method-assign]
+    task = asyncio.create_task(rem.evaluate(first.snap))
+    await until(lambda: remedy_a.calls == 1, what="agent A's restart to begin")
+    on_disk = (tmp_path / "state" / "remediation-history.json").read_bytes()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # kill -9: no `finally` ran, the disk holds what it held during the remedy
+    (tmp_path / "state" / "remediation-history.json").write_bytes(on_disk)
+
+    second = World(config, clock)
+    remedy_b = ScriptedRemedy("pod")
+    agent_b = remediator(second, {"pod": remedy_b})
+    assert agent_b.history.failures_in_row == 1
+    await agent_b.resolve()
+    snap = snapshot(clock.now, wg=State.OK, wg_reason="ok", tunnel=State.OK)
+    first_run = dataclasses.replace(snap.checks["wireguard"], runs=1)
+    pending = dataclasses.replace(snap.checks["broker-tunnel"], state=State.UNKNOWN,
+                                  reason="pending", runs=0, observed=None,
+                                  last_run_mono=None)
+    second.snap = dataclasses.replace(snap, checks={
+        **snap.checks, "wireguard": first_run, "broker-tunnel": pending})
+    assert await agent_b.evaluate(second.snap) == []
+    assert agent_b.history.failures_in_row == 1
+    second.snap = snapshot(clock.now)  # then the tunnel path's first result: failed
+    for _ in range(5):
+        await agent_b.evaluate(second.snap)
+    assert remedy_b.calls == 1  # 2 restarts in all: give_up_after
+    assert agent_b.view()["circuit"] == "open"
+    assert [a["result"] for a in agent_b.view()["actions"]] == ["not_recovered",
+                                                                "interrupted"]

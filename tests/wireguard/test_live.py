@@ -2,8 +2,9 @@
 
 Node 0 is the edge node running the check; the MQTT broker (the tunnel-path target) is in
 node 1's pod subnet, so node 1 is the watched peer; node 2, when present, is another edge
-box of Flannel's full mesh. Keepalive is 5 s to keep the fast tests fast; the protocol's
-120 s / 180 s timers are constants, so the incident scenario takes about three minutes.
+box of Flannel's full mesh. Keepalive is 5 s to keep the fast tests fast (10 s for the
+incident: see its docstring); the protocol's 120 s / 180 s timers are constants, so the
+incident scenario takes about three minutes.
 Assertions are causal bounds, never exact timings.
 """
 
@@ -29,6 +30,8 @@ RX_STALL = 2.5 * KEEPALIVE + 5
 DEAD_AFTER = 180 + KEEPALIVE
 SLACK = 5.0
 DEBOUNCE = (FAIL_AFTER + 1) * INTERVAL
+INCIDENT_KEEPALIVE = 10
+"""K of the incident test's mesh: above REKEY_TIMEOUT + its jitter (see the test)."""
 
 
 def fp(mesh: WgMesh, i: int) -> str:
@@ -139,8 +142,23 @@ async def test_an_unwatched_dead_peer_keeps_the_check_ok(mesh3: WgMesh) -> None:
 
 
 @pytest.mark.slow
-async def test_the_incident_rekey_failing_before_180s_then_dead(mesh: WgMesh) -> None:
-    """Scenario 1 (+5): bad UDP checksums on handshake packets, TX offload off."""
+async def test_the_incident_rekey_failing_before_180s_then_dead(tmp_path: Path) -> None:
+    """Scenario 1 (+5): bad UDP checksums on handshake packets, TX offload off.
+
+    Keepalive 10 s here, not 5: at K = REKEY_TIMEOUT (5 s) wireguard-go's un-jittered
+    persistent keepalive, not its jittered 5-5.33 s retransmit, sends every handshake
+    attempt once the session has expired, so both ends keep initiating in the same
+    instant. When the fault is lifted their initiations cross, each answers the other's
+    and drops the answer to its own ("Received invalid response message"), and the
+    crossing re-arms both timers together: a livelock that outlasted 40 s on a loaded
+    machine (docs/wireguard.md). With K > REKEY_TIMEOUT + jitter, as in the field
+    (20-25 s), the retransmits' jitter separates the two ends within a round or two.
+    """
+    with WgMesh(2, keepalive=INCIDENT_KEEPALIVE, log_dir=tmp_path) as mesh:
+        await _incident(mesh, INCIDENT_KEEPALIVE)
+
+
+async def _incident(mesh: WgMesh, k: int) -> None:
     a, b = mesh.nodes
     driver = Driver.for_mesh(mesh)
     await healthy(mesh, driver)
@@ -149,7 +167,7 @@ async def test_the_incident_rekey_failing_before_180s_then_dead(mesh: WgMesh) ->
     age0 = (await driver.step()).peer(fp(mesh, 1))["handshake_age_seconds"]
     handshake_at = time.monotonic() - age0
 
-    warned = await driver.until(lambda s: s.status.reason == "rekey_failing", 190,
+    warned = await driver.until(lambda s: s.status.reason == "rekey_failing", 180 + k,
                                 "rekey_failing")
     age = warned.t - handshake_at
     assert warned.status.state is State.DEGRADED
@@ -159,27 +177,33 @@ async def test_the_incident_rekey_failing_before_180s_then_dead(mesh: WgMesh) ->
     # Before 180 s only the session's initiator rekeys, so one receiver counts the drops.
     assert sum(mesh.in_csum_errors(n) for n in mesh.nodes) > sum(before.values())
 
+    dead_after = 180 + k
     died = await driver.until(lambda s: s.status.state is State.FAILED,
-                              DEAD_AFTER + DEBOUNCE + SLACK, "dead or stalled")
+                              dead_after + DEBOUNCE + SLACK, "dead or stalled")
     age = died.t - handshake_at
     assert died.status.reason in ("dead", "stalled")
-    assert 180 - SLACK <= age <= DEAD_AFTER + DEBOUNCE + SLACK, f"failed at age {age:.0f}s"
+    assert 180 - SLACK <= age <= dead_after + DEBOUNCE + SLACK, f"failed at age {age:.0f}s"
     # Once the session expired both ends initiate (at their next send, within K);
     # both receivers drop the bad checksums.
     both = await driver.until(
         lambda s: all(mesh.in_csum_errors(n) > before[n.index] for n in mesh.nodes),
-        2 * KEEPALIVE + SLACK, "InCsumErrors on both ends")
+        2 * k + SLACK, "InCsumErrors on both ends")
     assert both.status.state is State.FAILED
     log.info("incident: rekey_failing at %.0fs, %s at %.0fs (handshake age)",
              warned.t - handshake_at, died.status.reason, age)
 
     mesh.clear_faults(a, b)
-    # Recovery after the session expired is NOT asserted here any more: since this
-    # session's integration it failed in three full parallel runs (the device showed no new
-    # handshake within 43 s of lifting the fault, even with traffic to start one) while it
-    # passed alone; the cause is not found. Recorded in the closing note of issues 15-22 as
-    # the first thing to investigate; recovery after other faults is asserted elsewhere
-    # (test_send_failure.py, the lab scenarios).
+    assert mesh.fault_counter(a) == mesh.fault_counter(b) == 0  # the rules are gone
+    lifted = time.monotonic()
+    # Both ends keep trying (the persistent keepalive re-arms the attempts; wireguard-go
+    # does not give up while it runs): the next attempt within K, a crossing resolved by
+    # the retransmits' jitter within three 5 s rounds, then the debounce. Generous for a
+    # loaded machine: the bound is causal, the latency is the benchmark's.
+    back = await driver.until(lambda s: s.status.state is State.OK,
+                              k + 3 * (5.0 + 1 / 3) + (RECOVER_AFTER + 1) * INTERVAL
+                              + 3 * SLACK, "ok again")
+    assert mesh.last_handshake(a, b) > 0
+    log.info("incident lifted -> ok after %.1fs", back.t - lifted)
 
 
 @pytest.mark.slow
