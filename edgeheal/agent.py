@@ -149,6 +149,8 @@ class Agent:
         for check in self.checks:
             self._statuses[check.name] = debounce.initial(
                 check.name, required=check.settings.required, now=now, wall=wall_now)
+            self.metrics.declare(self._statuses[check.name],
+                                 registry.reasons(config, check.name))
             self._cadence[check.name] = _Cadence()
         self.alerts = AlertEngine(self.ctx, link=self.alert_link)
         self.remediator = remediation.build(self.ctx)

@@ -288,8 +288,15 @@ class Correction:
     ifindex: int = 0
 
 
+CAUSES: tuple[Cause, ...] = ("boot", "link_event", "recheck")
+
+
 class Metrics:
-    """``edgeheal_offload_feature_enabled`` and ``edgeheal_offload_corrections_total``."""
+    """``edgeheal_offload_feature_enabled`` and ``edgeheal_offload_corrections_total``.
+
+    The corrections of an interface exist at 0 for every cause from the pass that first
+    finds it (the interface is not known before: the configuration holds globs), so
+    ``increase()`` sees its first correction; a rename moves them with the counts."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         from prometheus_client import Counter, Gauge  # noqa: PLC0415
@@ -304,8 +311,17 @@ class Metrics:
             "(boot, link_event, recheck).", ["interface", "cause"], registry=registry)
         self._series: dict[tuple[str, str], int] = {}
         self._counts: dict[tuple[str, str], int] = {}
+        self._known: set[str] = set()
+        """Interfaces whose corrections exist (at 0 at least)."""
+
+    def _know(self, interface: str) -> None:
+        if interface not in self._known:
+            self._known.add(interface)
+            for cause in CAUSES:
+                self.corrections.labels(interface, cause)
 
     def publish(self, report: InterfaceReport) -> None:
+        self._know(report.interface)
         for r in report.results:
             state = r.after if r.after is not None else r.before
             if state is None:
@@ -314,6 +330,7 @@ class Metrics:
             self._set((report.interface, r.feature), 1 if state.on else 0)
 
     def corrected(self, interface: str, cause: Cause) -> None:
+        self._know(interface)
         self.corrections.labels(interface, cause).inc()
         self._counts[(interface, cause)] = self._counts.get((interface, cause), 0) + 1
 
@@ -328,6 +345,11 @@ class Metrics:
             self.corrections.remove(*key)
             self.corrections.labels(new, key[1]).inc(count)
             self._counts[(new, key[1])] = self._counts.get((new, key[1]), 0) + count
+        if old in self._known:
+            self._known.discard(old)
+            for cause in CAUSES:
+                self.corrections.remove(old, cause)
+            self._know(new)
 
     def forget(self, interface: str) -> None:
         for key in [k for k in self._series if k[0] == interface]:

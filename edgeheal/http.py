@@ -163,11 +163,17 @@ def connection_cap(soft_limit: int | None = None) -> int:
 
 
 class _Stats:
-    """The server's own metrics, on the agent's registry."""
+    """The server's own metrics, and ``edgeheal_ready``, on the agent's registry."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, agent: Source) -> None:
         from prometheus_client import Counter, Gauge  # noqa: PLC0415
 
+        registry = agent.registry
+        self.ready = Gauge(
+            "edgeheal_ready", "1 while /readyz answers 200 (every required check has "
+            "completed a run and is ok or degraded), else 0; read from the same snapshot.",
+            registry=registry)
+        self.ready.set_function(lambda: 1.0 if agent.snapshot.ready else 0.0)
         self.bad_requests = Counter(
             "edgeheal_http_bad_requests",
             "Malformed HTTP requests answered with 400 (bad request line, header, method).",
@@ -328,7 +334,7 @@ class _Site(web.BaseSite):
 async def start(agent: Source, listen: Iterable[str | socket.socket]) -> web.AppRunner:
     """Serve on every ``[http] listen`` address, or on sockets from :func:`bind`; raise
     OSError naming an address that cannot be bound."""
-    stats = _Stats(agent.registry)
+    stats = _Stats(agent)
     guard = _Guard(stats, connection_cap())
     stats.cap.set(guard.cap)
     app = make_app(agent)

@@ -1,7 +1,13 @@
 """The agent's own Prometheus metrics (each subsystem registers its own on the same registry).
 
 Names follow Prometheus conventions: base units (seconds, bytes), ``_total`` counters,
-one ``edgeheal_`` prefix; ``promtool check metrics`` runs on the real output in CI.
+one ``edgeheal_`` prefix; ``promtool check metrics`` runs on the real output in CI, and a
+golden file (``tests/agent/golden/metrics.txt``, listed in ``docs/metrics.md``) fails the
+tests on any rename. Written for alerting: no ``*_created`` series; every labelled counter
+exists at 0 for its known label values (``increase()`` cannot see a first occurrence that
+creates the series); labels stay bounded (a check's reason comes from its registration's
+closed table, anything else is ``other``); the check duration is a histogram, because a
+last-value gauge hides every run between two scrapes.
 
 The agent's own resources (:class:`SelfCollector`) are read at scrape time from
 ``/proc/self`` and its cgroup: resident memory, open descriptors and their limit, and the
@@ -15,11 +21,16 @@ from __future__ import annotations
 import os
 import platform
 import resource
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Info
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client import (
+    CollectorRegistry,
+    Histogram,
+    Info,
+    disable_created_metrics,
+)
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
@@ -96,30 +107,127 @@ class SelfCollector(Collector):
         yield limits
 
 
+class _Inc:
+    __slots__ = ("key", "values")
+
+    def __init__(self, values: dict[tuple[str, ...], float], key: tuple[str, ...]) -> None:
+        self.values, self.key = values, key
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.values[self.key] += amount
+
+
+class CounterFamily(Collector):
+    """A labelled counter kept as plain numbers and rendered at scrape time.
+
+    Why not prometheus-client's ``Counter``: each of its label sets is an object with its
+    own lock (about 600 bytes), and every known label set is created at 0 up front (alert
+    kinds, remediation outcomes, run results), which is many; here a series is a dict
+    entry. The same ``labels(...).inc(n)`` calls; everything runs on the event loop."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Iterable[str],
+                 registry: CollectorRegistry | None = None) -> None:
+        self.name, self.documentation = name, documentation
+        self.labelnames = tuple(labelnames)
+        self.values: dict[tuple[str, ...], float] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def labels(self, *values: str, **named: str) -> _Inc:
+        """The series for these label values, created at 0 if new."""
+        key = values if values else tuple(named[n] for n in self.labelnames)
+        self.values.setdefault(key, 0.0)
+        return _Inc(self.values, key)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, value in self.values.items():
+            family.add_metric(key, value)
+        yield family
+
+
+SUPERVISOR_REASONS = ("pending", "check_error", "check_timeout")
+"""Reasons the supervisor gives any check, beyond the check's own table: no result yet
+(:func:`edgeheal.debounce.initial`), the run raised, the run timed out
+(:mod:`edgeheal.agent`)."""
+OTHER = "other"
+"""The ``reason`` label of a reason no table declares (a bug: the tables are closed), so
+the label stays bounded whatever a check returns."""
+RUN_RESULTS = ("completed", "timeout", "error")
+DURATION_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Check durations: counter reads take milliseconds, an MQTT probe over 4G up to seconds,
+a timeout is at most 600 s (the ``+Inf`` bucket)."""
+
+
+class _CheckCollector(Collector):
+    """``edgeheal_check_state`` and ``edgeheal_check_reason``, rendered at scrape time from
+    the last status of each check (no per-series objects kept between scrapes)."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, tuple[str, ...]] = {}
+        self.current: dict[str, tuple[State, str]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        state = GaugeMetricFamily(
+            "edgeheal_check_state",
+            "Effective (debounced) state of each check: 1 for the current state, 0 for the "
+            "others.", labels=["check", "state"])
+        reason = GaugeMetricFamily(
+            "edgeheal_check_reason",
+            "Effective (debounced) reason of each check: 1 for the current reason, 0 for the "
+            "other reasons of the check's closed table (other: a reason no table declares).",
+            labels=["check", "reason"])
+        for check, (now_state, now_reason) in sorted(self.current.items()):
+            for value in State:
+                state.add_metric([check, value.value], 1.0 if value is now_state else 0.0)
+            known = self.reasons.get(check, SUPERVISOR_REASONS)
+            shown = now_reason if now_reason in known else OTHER
+            for name in (*known, OTHER):
+                reason.add_metric([check, name], 1.0 if name == shown else 0.0)
+        yield state
+        yield reason
+
+
 class AgentMetrics:
+    """The supervisor's metrics: build info, each check's state, reason, duration and runs.
+
+    Created first on the agent's registry, it also turns prometheus-client's ``*_created``
+    series off (process-wide; read at scrape time): Unix timestamps per counter that no
+    rule uses, doubling every counter's series."""
+
     def __init__(self, registry: CollectorRegistry) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         ProcessCollector(registry=registry)
         registry.register(SelfCollector())
         build = Info("edgeheal_build", "edgeheal version and Python it runs on.",
                      registry=registry)
         build.info({"version": __version__, "python": platform.python_version()})
-        self.state = Gauge(
-            "edgeheal_check_state",
-            "Effective (debounced) state of each check: 1 for the current state, 0 otherwise.",
-            ["check", "state"], registry=registry)
-        self.duration = Gauge(
-            "edgeheal_check_duration_seconds", "Duration of the check's latest run.",
-            ["check"], registry=registry)
-        self.runs = Counter(
+        self.checks = _CheckCollector()
+        registry.register(self.checks)
+        self.duration = Histogram(
+            "edgeheal_check_duration_seconds", "Duration of each check run, seconds.",
+            ["check"], buckets=DURATION_BUCKETS, registry=registry)
+        self.runs = CounterFamily(
             "edgeheal_check_runs",
             "Check runs by outcome of the run itself: completed (a result, whatever its "
             "state), timeout, error (the check raised).",
             ["check", "result"], registry=registry)
 
+    def declare(self, status: CheckStatus, reasons: Iterable[str]) -> None:
+        """A check the agent runs, with its closed reason table: its series exist, at 0,
+        before its first run (so ``increase()`` sees the first timeout or error)."""
+        check = status.name
+        self.checks.reasons[check] = tuple(dict.fromkeys((*reasons, *SUPERVISOR_REASONS)))
+        self.checks.current[check] = (status.state, status.reason)
+        self.duration.labels(check=check)
+        for result in RUN_RESULTS:
+            self.runs.labels(check=check, result=result)
+
     def observe_run(self, check: str, status: CheckStatus, duration: float,
                     outcome: str) -> None:
-        for state in State:
-            self.state.labels(check=check, state=state.value).set(
-                1.0 if status.state is state else 0.0)
-        self.duration.labels(check=check).set(duration)
+        self.checks.current[check] = (status.state, status.reason)
+        self.duration.labels(check=check).observe(duration)
         self.runs.labels(check=check, result=outcome).inc()

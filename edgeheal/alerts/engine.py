@@ -33,9 +33,11 @@ outbox and written to the log.
 Faults of the outbox itself (a full disk, a read-only or foreign-owned ``state_dir``, a
 corrupt file) never stop an alert from being raised: the outbox holds what it cannot write
 in a bounded memory queue (delivered from there, written later); ``/status``
-(``alerts.outbox``) and ``edgeheal_alert_outbox_fault{fault}`` say which fault is in
-force, and every alert that is finally lost is counted (``edgeheal_alerts_dropped_total``)
-and reported by an ``alerts.dropped`` alert.
+(``alerts.outbox``) and ``edgeheal_alerts_outbox_fault{fault}`` say which fault is in
+force, and every alert that is finally lost is counted
+(``edgeheal_alerts_dropped_total{reason}``) and reported by an ``alerts.dropped`` alert.
+``edgeheal_alerts_outbox_depth`` and ``edgeheal_alerts_outbox_oldest_age_seconds`` say how
+much waits and for how long.
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ from edgeheal.alerts import kinds
 from edgeheal.alerts.outbox import DROPPED_KIND, FAULTS, RETRY_EVERY, Outbox
 from edgeheal.alerts.payload import Alert, UlidFactory
 from edgeheal.alerts.payload import build as build_alert
+from edgeheal.checks.wireguard import NAME as WIREGUARD
+from edgeheal.metrics import CounterFamily
 from edgeheal.model import CheckStatus, Snapshot, State, rfc3339
 from edgeheal.mqtt import MqttError
+from edgeheal.paths import targets
 
 if TYPE_CHECKING:
     from edgeheal.model import Context, Event
@@ -78,6 +83,12 @@ LINK_RESTART_MAX = 60.0
 
 NOT_YET = ("pending", "connecting")
 """Reasons that mean "no verdict yet": they never open a problem."""
+
+DROP_REASONS = ("outbox_max_count", "outbox_max_age", "memory_queue", "outbox_corrupt",
+                "shutdown")
+"""Why undelivered alerts are lost (``edgeheal_alerts_dropped_total{reason}``): the
+``detail.bound`` of the ``alerts.dropped`` alert, and ``shutdown`` (alerts held in memory
+when the agent stopped: nothing is left to report them but the log and this counter)."""
 
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
 
@@ -121,22 +132,36 @@ class AlertEngine:
         self.link = link
         self._mqtt_targets = {t.name: t for t in cfg.mqtt.targets}
         reg = ctx.registry
-        self.m_raised = Counter("edgeheal_alerts_raised", "Alerts raised, by kind.",
-                                ["kind"], registry=reg)
+        self.m_raised = CounterFamily("edgeheal_alerts_raised", "Alerts raised, by kind.",
+                                      ["kind"], registry=reg)
+        for kind in kinds.KINDS:
+            self.m_raised.labels(kind=kind)
         self.m_published = Counter("edgeheal_alerts_published",
                                    "Alerts acknowledged by the broker (PUBACK).", registry=reg)
-        self.m_depth = Gauge("edgeheal_alert_outbox_depth",
+        self.m_depth = Gauge("edgeheal_alerts_outbox_depth",
                              "Alerts in the durable outbox, not yet acknowledged.",
                              registry=reg)
-        self.m_dropped = Counter("edgeheal_alerts_dropped",
-                                 "Undelivered alerts lost: the outbox's count or age bound, "
-                                 "a full memory queue while the outbox could not be "
-                                 "written, or a corrupt outbox file.", registry=reg)
-        self.m_fault = Gauge("edgeheal_alert_outbox_fault",
+        self._oldest: float | None = None
+        """Wall-clock time the oldest queued alert was raised (None: the outbox is empty),
+        refreshed with the other gauges; its age is computed at scrape time."""
+        self.m_oldest = Gauge("edgeheal_alerts_outbox_oldest_age_seconds",
+                              "Age of the oldest alert not yet acknowledged by the broker "
+                              "(wall clock, like the outbox's age bound); 0 when the "
+                              "outbox is empty.", registry=reg)
+        self.m_oldest.set_function(self._oldest_age)
+        self.m_dropped = CounterFamily(
+            "edgeheal_alerts_dropped", "Undelivered alerts lost, by reason: outbox_max_count "
+            "and outbox_max_age (the outbox's bounds), memory_queue (the outbox could not be "
+            "written and the memory queue was full), outbox_corrupt (the file was moved "
+            "aside), shutdown (held in memory when the agent stopped).", ["reason"],
+            registry=reg)
+        for reason in DROP_REASONS:
+            self.m_dropped.labels(reason=reason)
+        self.m_fault = Gauge("edgeheal_alerts_outbox_fault",
                              "1 for the fault that keeps the outbox database from being "
                              "written (alerts are held in memory meanwhile), else 0.",
                              ["fault"], registry=reg)
-        self.m_memory = Gauge("edgeheal_alert_memory_queue",
+        self.m_memory = Gauge("edgeheal_alerts_memory_queue",
                               "Alerts held in memory because the outbox database cannot "
                               "be written.", registry=reg)
         self._wake = asyncio.Event()
@@ -147,6 +172,10 @@ class AlertEngine:
         self._closed = False
         self._problems: dict[str, _Problem] = self._load_problems()
         self._restored = set(self._problems)
+        self._tunnel_checks = (WIREGUARD, *targets(cfg, "tunnel"))
+        """The checks whose problem remediation acts on (see :meth:`tunnel_problem`)."""
+        self._last_tunnel_problem = ""
+        """Correlation of the tunnel problem closed last in this run."""
         self._last_prune = -1e18
         self.previous_run = self._previous_run()
         self._mark_running()
@@ -231,12 +260,19 @@ class AlertEngine:
 
     def _gauges(self) -> None:
         self.m_depth.set(self.outbox.depth())
+        oldest = self.outbox.oldest()
+        self._oldest = None if oldest is None else oldest.raised
         self.m_memory.set(self.outbox.memory_depth)
         for fault in FAULTS:
             self.m_fault.labels(fault=fault).set(1 if self.outbox.fault == fault else 0)
 
+    def _oldest_age(self) -> float:
+        if self._oldest is None:
+            return 0.0
+        return max(0.0, self.wall().timestamp() - self._oldest)
+
     def _note_dropped(self, count: int, bound: str) -> None:
-        self.m_dropped.inc(count)
+        self.m_dropped.labels(reason=bound).inc(count)
         log.warning("alert outbox (%s): dropped the %d oldest undelivered alert(s)",
                     bound, count, extra={"kind": DROPPED_KIND})
         pending = self.outbox.latest(DROPPED_KIND)
@@ -302,6 +338,8 @@ class AlertEngine:
             if problem is None:
                 return False
             del self._problems[name]
+            if name in self._tunnel_checks:
+                self._last_tunnel_problem = problem.correlation
             why = status.message or status.reason
             self.raise_alert(problem.recovery, f"{name}: ok again ({why})",
                              self._detail(name, status, opened=problem.opened),
@@ -363,7 +401,20 @@ class AlertEngine:
             log.error("event kind %r is not in the alert kinds table "
                       "(edgeheal.alerts.kinds.KINDS); not raised: %s", ev.kind, ev.message)
             return
-        self.raise_alert(ev.kind, ev.message, _jsonable(ev.detail), correlation=ev.correlation)
+        detail = _jsonable(ev.detail)
+        if ev.kind.startswith("remediation.") and self.tunnel_problem():
+            detail["problem"] = self.tunnel_problem()
+        self.raise_alert(ev.kind, ev.message, detail, correlation=ev.correlation)
+
+    def tunnel_problem(self) -> str:
+        """The correlation of the problem remediation acts on, for its alerts'
+        ``detail.problem``: the open problem of the WireGuard check, else of the first
+        tunnel-path MQTT target with one open, else the tunnel problem closed last in this
+        run (the circuit closes *after* the check recovered); empty if there is none."""
+        for name in self._tunnel_checks:
+            if name in self._problems:
+                return self._problems[name].correlation
+        return self._last_tunnel_problem
 
     async def _alert_test(self, args: Mapping[str, Any]) -> dict[str, Any]:
         count = args.get("count", 1)
@@ -497,7 +548,7 @@ class AlertEngine:
             self._save_problems()
             lost = self.outbox.close()
             if lost:
-                self.m_dropped.inc(lost)
+                self.m_dropped.labels(reason="shutdown").inc(lost)
             try:
                 (self.state_dir / RUNNING_MARKER).unlink(missing_ok=True)
             except OSError as err:

@@ -9,7 +9,8 @@ task (the offload enforcer's link-event listener, the alert connection) exposes
 
 Adding a check = one new module here that calls :func:`register` with its
 :class:`Registration` (factory, the names it creates, its alert kinds and their mapping, its
-settings rules), plus its name in :data:`BUILTIN`; see ``docs/contributing.md``.
+settings rules, its closed table of reasons), plus its name in :data:`BUILTIN`; see
+``docs/contributing.md``.
 Modules import their heavy dependencies (pyroute2, paho) inside the factory, so a
 disabled check costs no memory.
 """
@@ -81,6 +82,10 @@ class Registration:
     the alert table, ``docs/alerts.md`` and the alert schema's enum are built from them."""
     alert: AlertMap = generic_alert
     validate: Validator = _no_rules
+    reasons: tuple[str, ...] = ()
+    """The closed table of reasons this module's checks report (its docstring explains
+    them); ``edgeheal_check_reason`` exports exactly these, plus the supervisor's own
+    (``pending``, ``check_error``, ``check_timeout``) and ``other``."""
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -116,6 +121,14 @@ def kinds() -> dict[str, Kind]:
     for reg in registrations():
         out.update(reg.kinds)
     return out
+
+
+def reasons(config: Config, name: str) -> tuple[str, ...]:
+    """The reason table of check ``name`` (empty for a check no module registers)."""
+    for reg in registrations():
+        if name in reg.names(config):
+            return reg.reasons
+    return ()
 
 
 def alert_kinds(config: Config, name: str, status: CheckStatus) -> tuple[str, str]:

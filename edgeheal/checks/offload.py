@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "offload"
+REASONS = ("ok", "drift_corrected", "cannot_disable", "offload_on", "interface_missing",
+           "permission_denied")
+"""The closed reason table (the module docstring says what each means)."""
 
 
 def judge(report: Report, settings: OffloadSettings, drift: list[Correction]) -> CheckResult:
@@ -155,4 +158,4 @@ def _validate(config: Config) -> None:
 
 
 register(Registration(NAME, _factory, names=lambda config: (NAME,), doc=__doc__ or "",
-                      kinds=KINDS, alert=_alert, validate=_validate))
+                      kinds=KINDS, alert=_alert, validate=_validate, reasons=REASONS))

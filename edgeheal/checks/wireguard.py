@@ -56,6 +56,11 @@ and the first ok result after such a verdict asks once more (the repair is confi
 readiness and the remediator's verification follow at once).
 A healthy tunnel is never suspect, so nothing extra happens in the steady state.
 
+Metrics: per peer, ``edgeheal_wireguard_handshake_age_seconds``, ``..._receive_bytes_total``,
+``..._transmit_bytes_total`` and ``..._peer_state{state}``, labelled ``interface``, ``peer``
+(the key's first 8 characters) and ``watched``; only the watched peers unless
+``[metrics] all_peers = true`` (a full mesh is N-1 peers on every node).
+
 The per-peer judgement (history on the monotonic clock, thresholds, reasons) is the pure
 health model in :mod:`edgeheal.wg.health`, shared with ``edgeheal diagnose``; this module
 reads the devices, chooses the watched peers, keeps the history between runs, and turns
@@ -242,7 +247,7 @@ class WireguardCheck:
             GaugeMetricFamily,
         )
 
-        labels = ["interface", "peer"]
+        labels = ["interface", "peer", "watched"]
         age = GaugeMetricFamily(
             "edgeheal_wireguard_handshake_age_seconds",
             "Seconds since the peer's latest handshake (monotonic; absent: never).", labels=labels)
@@ -255,14 +260,17 @@ class WireguardCheck:
         st = GaugeMetricFamily("edgeheal_wireguard_peer_state",
                                "1 for the peer's current state, 0 for the others.",
                                labels=[*labels, "state"])
+        every = self.ctx.config.metrics.all_peers
         for v in self._views:
+            if not (v.watched or every):
+                continue  # the rest of Flannel's mesh: in /status, not in the metrics
+            key = [v.interface, v.peer, "true" if v.watched else "false"]
             if v.handshake_age is not None:
-                age.add_metric([v.interface, v.peer], v.handshake_age)
-            rx.add_metric([v.interface, v.peer], float(v.rx_bytes))
-            tx.add_metric([v.interface, v.peer], float(v.tx_bytes))
+                age.add_metric(key, v.handshake_age)
+            rx.add_metric(key, float(v.rx_bytes))
+            tx.add_metric(key, float(v.tx_bytes))
             for state in State:
-                st.add_metric([v.interface, v.peer, state.value],
-                              1.0 if v.state is state else 0.0)
+                st.add_metric([*key, state.value], 1.0 if v.state is state else 0.0)
         yield from (age, rx, tx, st)
 
     # observing -------------------------------------------------------------------------
@@ -584,7 +592,8 @@ def _validate(config: Config) -> None:
 
 checks.register(checks.Registration(
     NAME, factory, names=lambda config: (NAME,) if config.wireguard.interfaces else (),
-    doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=_validate))
+    doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=_validate,
+    reasons=tuple(REASONS)))
 
 __all__ = ["HASTEN_VERDICTS", "KINDS", "NAME", "PeerView", "WireguardCheck", "listed_peers",
            "route_peers"]

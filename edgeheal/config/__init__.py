@@ -36,6 +36,7 @@ from edgeheal.config.schema import (
     Config,
     HttpSettings,
     KubernetesSettings,
+    MetricsSettings,
     MqttSettings,
     MqttTarget,
     OffloadSettings,
@@ -123,8 +124,8 @@ def loads(text: str, *, source: str = "<string>") -> Config:
 __all__ = [
     "DEFAULT_PATH", "ENV_VAR", "MAX_SIZE", "OFFLOAD_DEFAULT_FEATURES", "REDACTED",
     "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "HttpSettings",
-    "KubernetesSettings", "MqttSettings", "MqttTarget", "OffloadSettings", "PodRemedySettings",
-    "RemediationSettings", "ServiceSettings", "WireguardSettings", "check_sections", "doc",
-    "file_settings", "format_duration", "load", "loads", "parse_duration", "read", "redacted",
-    "reference", "setting", "split_hostport",
+    "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",
+    "PodRemedySettings", "RemediationSettings", "ServiceSettings", "WireguardSettings",
+    "check_sections", "doc", "file_settings", "format_duration", "load", "loads",
+    "parse_duration", "read", "redacted", "reference", "setting", "split_hostport",
 ]

@@ -56,6 +56,17 @@ class HttpSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    all_peers: bool = setting(
+        False, "Export the per-peer WireGuard series (`edgeheal_wireguard_*{peer}`) for "
+        "every peer of the device, not only the watched ones. Flannel's full mesh gives "
+        "every node a peer per other node, so the whole mesh costs 7 series per peer on "
+        "every node and one dead neighbour shows on every node that peers with it; the "
+        "watched peers (`wireguard.watch_peers`) are the ones this node's health depends "
+        "on. Every per-peer series says which it is (`watched=\"true\"|\"false\"`).")
+
+
+@dataclass(frozen=True, slots=True)
 class CheckSettings:
     """The keys every check section accepts, with the same meaning everywhere."""
 
@@ -290,6 +301,7 @@ class RemediationSettings:
 class Config:
     agent: AgentSettings = field(default_factory=AgentSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
     offload: OffloadSettings = field(default_factory=OffloadSettings)
     wireguard: WireguardSettings = field(default_factory=WireguardSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)

@@ -14,8 +14,9 @@ definition) and an ``ok`` result of every tunnel-path MQTT target, each *observe
 the restart completed. The attempt is persisted *before* the remedy runs (an agent killed
 mid-restart still counts it) and again with its result (``recovered``, ``not_recovered``,
 ``failed``, ``config_problem`` or ``dry_run``), counted in
-``edgeheal_remediations_total{action,result}`` and timed in
-``edgeheal_remediation_duration_seconds``.
+``edgeheal_remediations_total{ladder,action,result}`` and timed in
+``edgeheal_remediation_duration_seconds{ladder}`` (:mod:`edgeheal.remediation.metrics`,
+which also exports the circuit, pause, streak and budget as gauges).
 
 Events (alerts): ``remediation.restarted``, ``.recovered``, ``.failed``, ``.skipped``
 (once per failure episode and skip reason, not every second), ``.circuit_open``; the same
@@ -39,6 +40,7 @@ from edgeheal.paths import targets
 from edgeheal.policy import Action, History, Record
 from edgeheal.remediation import modes, operator
 from edgeheal.remediation.history import Store, Timeline, boot_id, boottime
+from edgeheal.remediation.metrics import LadderMetrics
 from edgeheal.remediation.reporting import NodeReporter
 from edgeheal.remedies import Remedy, RemedyError
 
@@ -62,12 +64,13 @@ stuck past both is abandoned and the attempt counts as failed."""
 
 
 class Remediator:
+    ladder = "flannel"
+    """The ``ladder`` label of this actor's metrics."""
+
     def __init__(self, ctx: Context, *, remedy_factory: modes.RemedyFactory | None = None,
                  kube: KubeClient | None = None,
                  boot_clock: Callable[[], float] = boottime, boot: str | None = None,
                  tick: float = TICK) -> None:
-        from prometheus_client import Counter, Histogram  # noqa: PLC0415
-
         self.ctx = ctx
         self.config = ctx.config
         self.settings = ctx.config.remediation
@@ -84,14 +87,8 @@ class Remediator:
         self.announced: set[tuple[str, str]] = set()
         """(kind, reason) of skips and watches said once in this failure episode."""
         self.reporter = NodeReporter(self.config, self.kube)
-        self.restarts = Counter(
-            "edgeheal_remediations", "Remediation decisions carried out, by action "
-            "(restart, skip, open_circuit, close_circuit) and result.",
-            ["action", "result"], registry=ctx.registry)
-        self.duration = Histogram(
-            "edgeheal_remediation_duration_seconds",
-            "Duration of a restart: remedy plus recovery verification.",
-            buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300), registry=ctx.registry)
+        metrics = LadderMetrics(ctx.registry, self.ladder, self)
+        self.restarts, self.duration = metrics.restarts, metrics.duration
         operator.register(self)
 
     # --- state -----------------------------------------------------------------------------

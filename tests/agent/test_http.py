@@ -73,7 +73,13 @@ async def test_every_endpoint_answers_with_the_documented_shape(
         assert 'edgeheal_check_state{check="bad",state="failed"} 1.0' in text
         assert 'edgeheal_check_state{check="bad",state="ok"} 0.0' in text
         assert 'edgeheal_check_runs_total{check="good",result="completed"}' in text
-        assert 'edgeheal_check_duration_seconds{check="good"}' in text
+        assert 'edgeheal_check_duration_seconds_count{check="good"}' in text
+        # a check no module registers has no reason table: its "broken" is bounded to other
+        assert 'edgeheal_check_reason{check="bad",reason="other"} 1.0' in text
+        assert 'edgeheal_check_reason{check="bad",reason="pending"} 0.0' in text
+        assert 'edgeheal_check_runs_total{check="bad",result="timeout"} 0.0' in text
+        assert "edgeheal_ready 1.0" in text
+        assert "_created" not in text
         assert "edgeheal_build_info{" in text
 
 

@@ -101,7 +101,7 @@ async def test_alerts_arrive_in_order_and_leave_the_outbox_on_puback(
     await until(lambda: run.engine.outbox.depth() == 0)
     reg = run.h.ctx.registry
     assert reg.get_sample_value("edgeheal_alerts_published_total") == 21
-    assert reg.get_sample_value("edgeheal_alert_outbox_depth") == 0
+    assert reg.get_sample_value("edgeheal_alerts_outbox_depth") == 0
 
 
 async def test_alerts_raised_while_the_broker_is_down_arrive_in_order_after_it_returns(

@@ -236,8 +236,11 @@ async def test_the_count_bound_drops_oldest_and_one_dropped_alert_counts_them(
     dropped = [a for a in _alerts(engine) if a.kind == "alerts.dropped"]
     assert len(dropped) == 1  # updated in place while undelivered
     assert dropped[0].detail["dropped"] == 6
-    assert _sample(h.ctx.registry, "edgeheal_alerts_dropped_total") == 6
-    assert _sample(h.ctx.registry, "edgeheal_alert_outbox_depth") == 6
+    assert _sample(h.ctx.registry, "edgeheal_alerts_dropped_total",
+                   {"reason": "outbox_max_count"}) == 6
+    assert _sample(h.ctx.registry, "edgeheal_alerts_dropped_total",
+                   {"reason": "outbox_max_age"}) == 0
+    assert _sample(h.ctx.registry, "edgeheal_alerts_outbox_depth") == 6
     await engine.close()
 
 
@@ -263,4 +266,29 @@ async def test_without_a_target_alerts_are_kept_and_logged(
     engine.event(Event("offload.drift_corrected", "drift on wwan0"))
     assert "alert offload.drift_corrected" in caplog.text
     assert engine.outbox.depth() == 2
+    await engine.close()
+
+
+async def test_every_kind_and_drop_reason_is_counted_from_zero_and_the_backlog_has_an_age(
+        tmp_path: Path) -> None:
+    h = harness(tmp_path)
+    engine = _engine(h)
+    reg = h.ctx.registry
+    for kind in KINDS:
+        expected = 1 if kind == "agent.started" else 0
+        assert _sample(reg, "edgeheal_alerts_raised_total", {"kind": kind}) == expected
+        assert reg.get_sample_value("edgeheal_alerts_raised_total", {"kind": kind}) is not None
+    for reason in engine_mod.DROP_REASONS:
+        assert reg.get_sample_value("edgeheal_alerts_dropped_total", {"reason": reason}) == 0
+    assert reg.get_sample_value("edgeheal_alerts_outbox_oldest_age_seconds") == 0.0
+    h.clock.advance(90)
+    engine.raise_alert("agent.test", "second")
+    h.clock.advance(10)
+    assert reg.get_sample_value("edgeheal_alerts_outbox_oldest_age_seconds") == \
+        pytest.approx(100, abs=0.5)  # the oldest (agent.started), not the newest
+    for entry in engine.outbox.entries():  # as the drain does on each PUBACK
+        engine.outbox.delete(entry.seq)
+        engine._gauges()
+    assert reg.get_sample_value("edgeheal_alerts_outbox_oldest_age_seconds") == 0.0
+    assert reg.get_sample_value("edgeheal_alerts_outbox_depth") == 0
     await engine.close()

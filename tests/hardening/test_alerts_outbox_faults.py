@@ -6,7 +6,7 @@ alert), and on a full filesystem raising an alert crashed the check loops (``dat
 disk is full``, then ``cannot rollback - no transaction is active``) while the outage's
 alerts never existed. Now only a corrupt file is moved aside (and the loss alerted); the
 other faults leave the file alone, keep alerts in a bounded memory queue that is retried,
-say which fault is in force in ``/status`` and ``edgeheal_alert_outbox_fault``, and count
+say which fault is in force in ``/status`` and ``edgeheal_alerts_outbox_fault``, and count
 and alert whatever memory could not hold. The read-only and full filesystems are real
 tmpfs mounts (unmounted even when a test fails); the permission case runs as ``nobody``.
 """
@@ -66,7 +66,7 @@ def _kinds(engine: AlertEngine) -> list[str]:
 
 
 def _fault(engine: AlertEngine, fault: str) -> float | None:
-    return engine.ctx.registry.get_sample_value("edgeheal_alert_outbox_fault",
+    return engine.ctx.registry.get_sample_value("edgeheal_alerts_outbox_fault",
                                                 {"fault": fault})
 
 
@@ -181,7 +181,8 @@ def test_a_full_disk_keeps_raising_alerts_and_counts_what_memory_cannot_hold(
         assert engine.view()["outbox"]["state"] == "disk_full"
         assert _fault(engine, "disk_full") == 1
         assert engine.outbox.memory_depth == MEMORY_MAX + 1  # plus one alerts.dropped
-        lost = h.ctx.registry.get_sample_value("edgeheal_alerts_dropped_total")
+        lost = h.ctx.registry.get_sample_value("edgeheal_alerts_dropped_total",
+                                                {"reason": "memory_queue"})
         assert lost == 22  # the two check alerts and the 20 oldest bursts
         filler.unlink()
         h.clock.advance(60)

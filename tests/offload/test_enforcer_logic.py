@@ -31,6 +31,11 @@ async def test_first_pass_is_boot_and_later_corrections_are_drift() -> None:
     try:
         await enforcer.reconcile("recheck")  # the first pass is boot whatever the caller
         assert _corrections(reg, "wwan0", "boot") == 1
+        for cause in ("link_event", "recheck"):  # exist at 0: increase() sees the first
+            assert reg.get_sample_value("edgeheal_offload_corrections_total",
+                                        {"interface": "wwan0", "cause": cause}) == 0
+        assert reg.get_sample_value("edgeheal_offload_corrections_total",
+                                    {"interface": "eth0", "cause": "boot"}) is None
         assert _enabled(reg, "wwan0", "tx-checksum-ipv4") == 0
         assert _enabled(reg, "eth0", "tx-checksum-ip-generic") is None  # not configured
         assert events == []

@@ -68,7 +68,7 @@ enabled = false
     text = metrics.decode()
     assert code == 200
     assert (f'edgeheal_wireguard_peer_state{{interface="{edge.ifname}",'
-            f'peer="{cloud.public_key[:8]}",state="failed"}} 1.0') in text
+            f'peer="{cloud.public_key[:8]}",state="failed",watched="true"}} 1.0') in text
     assert "edgeheal_wireguard_receive_bytes_total" in text
 
     mesh.clear_faults(edge, cloud)

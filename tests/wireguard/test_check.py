@@ -201,21 +201,34 @@ async def test_a_wall_clock_step_neither_fakes_nor_hides_a_dead_tunnel() -> None
     assert result.detail["peers"][0]["handshake_age_seconds"] == pytest.approx(215, abs=0.1)
 
 
-async def test_metrics_list_every_peer_by_fingerprint() -> None:
+async def test_metrics_list_the_watched_peers_by_fingerprint() -> None:
     check, reader, clock, registry = make()
     reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=900)
     await check.run()
     text = generate_latest(registry).decode()
     assert (f'edgeheal_wireguard_handshake_age_seconds{{interface="flannel-wg",'
-            f'peer="{CLOUD[:8]}"}} 30.0') in text
-    assert (f'edgeheal_wireguard_receive_bytes_total{{interface="flannel-wg",'
-            f'peer="{EDGE2[:8]}"}} 1000.0') in text
+            f'peer="{CLOUD[:8]}",watched="true"}} 30.0') in text
     assert 'edgeheal_wireguard_transmit_bytes_total{interface="flannel-wg"' in text
-    assert (f'edgeheal_wireguard_peer_state{{interface="flannel-wg",peer="{EDGE2[:8]}",'
-            f'state="failed"}} 1.0') in text
-    assert (f'edgeheal_wireguard_peer_state{{interface="flannel-wg",peer="{EDGE2[:8]}",'
-            f'state="ok"}} 0.0') in text
+    assert (f'edgeheal_wireguard_peer_state{{interface="flannel-wg",peer="{CLOUD[:8]}",'
+            f'state="ok",watched="true"}} 1.0') in text
+    assert EDGE2[:8] not in text  # the rest of the mesh: in /status only
     assert CLOUD not in text  # fingerprints only
+
+
+async def test_all_peers_exports_the_whole_mesh_marked_unwatched() -> None:
+    check, reader, clock, registry = make(TOML + "[metrics]\nall_peers = true\n")
+    reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=900)
+    await check.run()
+    text = generate_latest(registry).decode()
+    assert (f'edgeheal_wireguard_receive_bytes_total{{interface="flannel-wg",'
+            f'peer="{EDGE2[:8]}",watched="false"}} 1000.0') in text
+    assert (f'edgeheal_wireguard_peer_state{{interface="flannel-wg",peer="{EDGE2[:8]}",'
+            f'state="failed",watched="false"}} 1.0') in text
+    assert (f'edgeheal_wireguard_peer_state{{interface="flannel-wg",peer="{EDGE2[:8]}",'
+            f'state="ok",watched="false"}} 0.0') in text
+    assert f'peer="{CLOUD[:8]}",watched="true"' in text
+    assert CLOUD not in text
+    assert EDGE2 not in text
 
 
 async def test_the_metrics_pass_promtool_lint() -> None:
@@ -233,9 +246,10 @@ async def test_the_metrics_pass_promtool_lint() -> None:
 
 
 async def test_a_peer_that_disappears_leaves_the_metrics() -> None:
-    check, reader, clock, registry = make()
+    check, reader, clock, registry = make(TOML + "[metrics]\nall_peers = true\n")
     reader.devices["flannel-wg"] = mesh_device(clock, edge2_age=10)
     await check.run()
+    assert EDGE2[:8] in generate_latest(registry).decode()
     full = reader.devices["flannel-wg"]
     assert isinstance(full, wg.DeviceStats)
     reader.devices["flannel-wg"] = replace(full, peers=full.peers[:1])
