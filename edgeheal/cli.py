@@ -31,7 +31,8 @@ COMMAND_GROUPS = ("status", "offload", "alert", "remediation", "lab", "diagnose"
 CONFIG_HELP = "configuration file (default: $EDGEHEAL_CONFIG or /etc/edgeheal/edgeheal.toml)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(groups: tuple[str, ...] = COMMAND_GROUPS) -> argparse.ArgumentParser:
+    """``groups``: the command groups to offer besides ``run`` and ``check-config``."""
     parser = argparse.ArgumentParser(
         prog="edgeheal", description="Keeps a K3s edge node's Flannel WireGuard tunnel healthy.")
     parser.add_argument("--version", action="version", version=f"edgeheal {__version__}")
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", action="store_true",
                    help="print the configuration reference (Markdown) instead")
     p.set_defaults(func=cmd_check_config)
-    for group in COMMAND_GROUPS:
+    for group in groups:
         try:
             module = importlib.import_module(f"edgeheal.commands.{group}")
         except ModuleNotFoundError as err:
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     from edgeheal import log as logsetup  # noqa: PLC0415
 
     logsetup.setup(os.environ.get("EDGEHEAL_LOG_LEVEL", "info"))
-    parser = build_parser()
+    parser = build_parser(() if runs_agent(sys.argv[1:] if argv is None else argv)
+                          else COMMAND_GROUPS)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -87,6 +89,22 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.CONDITION_FALSE
+
+
+def runs_agent(argv: list[str]) -> bool:
+    """The command line is ``edgeheal [--config PATH] run ...`` (no help or version asked
+    before ``run``): the parser then needs no other command group, and the agent does not
+    keep their modules for its whole life (docs/footprint.md: 0.1 MB of its RSS; building
+    the parser alone, 16 MB instead of 25 MB peak and 0.11 s instead of 0.18 s)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--config":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word == "run"
+        elif not word.startswith("--config="):
+            return False
+    return False
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -40,11 +40,10 @@ import socket
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from edgeheal import __version__
+from edgeheal._aiohttp import HttpProcessingError, web
 from edgeheal.config import split_hostport
 from edgeheal.model import CheckStatus, Snapshot
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from edgeheal._bare import skip_init
 from edgeheal.model import rfc3339
 
 if TYPE_CHECKING:
@@ -285,6 +286,10 @@ class KubeClient:
     def _client(self) -> Any:
         if self._http is None:
             import httpx2  # noqa: PLC0415
+
+            # only the kubeconfig loader and the client adapter; lightkube's __init__ would
+            # add its own clients and resources for nothing (docs/footprint.md)
+            skip_init("lightkube")
             from lightkube.config import client_adapter  # noqa: PLC0415
             from lightkube.config.kubeconfig import KubeConfig  # noqa: PLC0415
             from lightkube.core.exceptions import ConfigError  # noqa: PLC0415

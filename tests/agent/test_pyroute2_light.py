@@ -1,9 +1,15 @@
-"""pyroute2 without its package __init__: lighter, and nothing else breaks."""
+"""pyroute2 and aiohttp without their package __init__, and `edgeheal run` without the other
+command groups: lighter (docs/footprint.md), and nothing else breaks."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+
+from edgeheal.cli import runs_agent
 
 CODE = """
 import sys
@@ -22,5 +28,74 @@ print("full-ok" if "pyroute2.ipdb" in sys.modules and IPRoute and netns else "fu
 def test_the_agent_imports_only_the_parts_it_uses_and_the_package_still_works() -> None:
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True,
                          check=False, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["light-ok", "full-ok"]
+
+
+RUN = """
+import sys
+import edgeheal.agent
+
+def run_forever(config):  # what the agent imports before its first round, then stop
+    import edgeheal.http
+    heavy = {"aiohttp.client", "aiohttp.connector", "aiohttp.cookiejar"}
+    print(sorted(m for m in sys.modules
+                 if m in heavy or m.startswith("edgeheal.commands")) or "light-ok")
+    import aiohttp   # other code may still use the package's names
+    print("full-ok" if aiohttp.ClientSession and "aiohttp.connector" in sys.modules
+          else "full-missing")
+
+edgeheal.agent.run_forever = run_forever
+from edgeheal.cli import main
+sys.exit(main(["--config", sys.argv[1], "run"]))
+"""
+
+
+def test_run_loads_neither_the_http_client_nor_the_other_command_groups(
+        tmp_path: Path) -> None:
+    cfg = tmp_path / "edgeheal.toml"
+    cfg.write_text(f'[agent]\nstate_dir = "{tmp_path}/state"\n[offload]\ninterfaces = ["lo"]\n')
+    out = subprocess.run([sys.executable, "-c", RUN, str(cfg)], capture_output=True,
+                         text=True, check=False, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["light-ok", "full-ok"]
+
+
+@pytest.mark.parametrize(("argv", "agent"), [
+    (["run"], True), (["--config", "x.toml", "run"], True), (["--config=x.toml", "run"], True),
+    (["run", "--help"], True), (["-h", "run"], False), (["--version"], False),
+    (["status"], False), (["lab", "run"], False), (["--config", "run"], False), ([], False),
+])
+def test_only_the_agent_command_skips_the_command_groups(argv: list[str], agent: bool) -> None:
+    assert runs_agent(argv) is agent
+
+
+KUBE = """
+import sys
+from edgeheal.config import KubernetesSettings
+from edgeheal.kube import KubeClient
+
+KubeClient(KubernetesSettings(kubeconfig=sys.argv[1]))._client()
+loaded = "lightkube.config.client_adapter" in sys.modules
+print("light-ok" if loaded and "lightkube.core.async_client" not in sys.modules else "heavy")
+import lightkube   # other code may still use the package's names
+print("full-ok" if lightkube.AsyncClient else "full-missing")
+"""
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+current-context: edge
+clusters: [{name: edge, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: edge, user: {token: "t0ken-for-a-test"}}]
+contexts: [{name: edge, context: {cluster: edge, user: edge}}]
+"""
+
+
+def test_the_kubernetes_client_loads_lightkube_without_its_own_clients(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    out = subprocess.run([sys.executable, "-c", KUBE, str(kubeconfig)], capture_output=True,
+                         text=True, check=False, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["light-ok", "full-ok"]

@@ -73,6 +73,13 @@ def test_the_database_is_wal_with_synchronous_full(tmp_path: Path) -> None:
     db.close()
 
 
+def test_the_page_cache_is_capped_so_a_backlog_costs_little_memory(tmp_path: Path) -> None:
+    box = Outbox(tmp_path / "o.db", max_count=10, max_age=60)
+    assert box._db is not None
+    # negative: KiB; SQLite's default is -2000 (docs/footprint.md measures both)
+    assert box._db.execute("PRAGMA cache_size").fetchone()[0] == -512
+
+
 @pytest.mark.parametrize(("max_count", "added", "dropped_total", "kept"), [
     (5, 5, 0, 5),
     (5, 6, 1, 5),
