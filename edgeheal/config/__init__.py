@@ -42,6 +42,8 @@ from edgeheal.config.schema import (
     PodRemedySettings,
     RemediationSettings,
     ServiceSettings,
+    UplinkLadderSettings,
+    UplinkSettings,
     WireguardSettings,
     doc,
     setting,
@@ -124,7 +126,8 @@ __all__ = [
     "DEFAULT_PATH", "ENV_VAR", "MAX_SIZE", "OFFLOAD_DEFAULT_FEATURES", "REDACTED",
     "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "HttpSettings",
     "KubernetesSettings", "MqttSettings", "MqttTarget", "OffloadSettings", "PodRemedySettings",
-    "RemediationSettings", "ServiceSettings", "WireguardSettings", "check_sections", "doc",
+    "RemediationSettings", "ServiceSettings", "UplinkLadderSettings", "UplinkSettings",
+    "WireguardSettings", "check_sections", "doc",
     "file_settings", "format_duration", "load", "loads", "parse_duration", "read", "redacted",
     "reference", "setting", "split_hostport",
 ]

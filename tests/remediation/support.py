@@ -106,7 +106,8 @@ class World:
 
     def metric(self, action: str, result: str) -> float:
         value = self.registry.get_sample_value(
-            "edgeheal_remediations_total", {"action": action, "result": result})
+            "edgeheal_remediations_total",
+            {"ladder": "flannel", "action": action, "result": result})
         return value or 0.0
 
 
