@@ -11,6 +11,9 @@
 #                                 (prepare it elsewhere: pip wheel -w DIR '.[kubernetes,dbus]'
 #                                 from a checkout, plus setuptools)
 #   ./install.sh --no-start       install, but do not enable or start the service
+#   ./install.sh --allow-reboot   also install the polkit rule that lets the agent reboot the
+#                                 node through logind (the uplink ladder's `reboot` rung,
+#                                 [remediation.uplink] reboot = true); without it, removed
 #   ./install.sh --uninstall [--purge]   remove it (--purge also removes config and state)
 set -euo pipefail
 
@@ -23,13 +26,14 @@ STATE_DIR=/var/lib/edgeheal
 DOC_DIR=/usr/share/doc/edgeheal
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-lab=0 dev=0 start=1 uninstall=0 purge=0 wheelhouse=""
+lab=0 dev=0 start=1 uninstall=0 purge=0 wheelhouse="" allow_reboot=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --lab) lab=1 ;;
     --dev) dev=1; lab=1 ;;
     --no-start) start=0 ;;
+    --allow-reboot) allow_reboot=1 ;;
     --wheelhouse) [ $# -ge 2 ] || { echo "install.sh: --wheelhouse needs a directory" >&2; exit 2; }
                   wheelhouse=$(cd "$2" && pwd); shift ;;
     --uninstall) uninstall=1 ;;
@@ -49,7 +53,8 @@ if [ "$uninstall" -eq 1 ]; then
     systemctl disable --now edgeheal.service edgeheal-offload.service 2>/dev/null || true
   fi
   rm -f "$UNIT_DIR/edgeheal.service" "$UNIT_DIR/edgeheal-offload.service" \
-        "$POLKIT_DIR/50-edgeheal-k3s-restart.rules" "$BIN"
+        "$POLKIT_DIR/50-edgeheal-k3s-restart.rules" "$POLKIT_DIR/49-edgeheal-uplink.rules" \
+        "$POLKIT_DIR/49-edgeheal-reboot.rules" "$BIN"
   rm -rf "$PREFIX" "$DOC_DIR"
   if [ "$purge" -eq 1 ]; then
     rm -rf "$CONF_DIR" "$STATE_DIR"
@@ -72,6 +77,8 @@ if [ "$dev" -eq 1 ]; then
   packages+=(prometheus dbus shellcheck debootstrap systemd-container util-linux wrk)
   # the QEMU test bed (tests/qemu): a real kernel under software emulation
   packages+=(qemu-system-x86 busybox-static cpio e2fsprogs)
+  # the real ModemManager daemon, which tests/modem starts on a private bus (no modem)
+  packages+=(modemmanager)
   # the polkit rule's test evaluates it with Node.js; keep a Node.js that is already there
   command -v node >/dev/null || packages+=(nodejs)
 fi
@@ -94,6 +101,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   say "installing Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  case " ${missing[*]} " in
+    *" modemmanager "*)
+      # masked before it exists, so its package never starts it: the system service would
+      # probe this test machine's serial and USB devices (the tests run their own)
+      if have_systemd; then systemctl mask ModemManager.service >/dev/null 2>&1 || true; fi ;;
+  esac
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
@@ -139,6 +152,19 @@ if [ -f "$SRC/systemd/50-edgeheal-k3s-restart.rules" ]; then
   install -d -m 0755 "$POLKIT_DIR"
   install -m 0644 "$SRC/systemd/50-edgeheal-k3s-restart.rules" \
     "$POLKIT_DIR/50-edgeheal-k3s-restart.rules"
+fi
+# the uplink ladder (docs/remediation-uplink.md): ModemManager's Device.Control always
+# (inert without ModemManager); logind's reboot only when asked for
+if [ -f "$SRC/systemd/49-edgeheal-uplink.rules" ]; then
+  install -d -m 0755 "$POLKIT_DIR"
+  install -m 0644 "$SRC/systemd/49-edgeheal-uplink.rules" "$POLKIT_DIR/49-edgeheal-uplink.rules"
+fi
+if [ "$allow_reboot" -eq 1 ]; then
+  install -d -m 0755 "$POLKIT_DIR"
+  install -m 0644 "$SRC/systemd/49-edgeheal-reboot.rules" "$POLKIT_DIR/49-edgeheal-reboot.rules"
+  say "installed $POLKIT_DIR/49-edgeheal-reboot.rules: the agent may reboot this node"
+else
+  rm -f "$POLKIT_DIR/49-edgeheal-reboot.rules"
 fi
 install -m 0644 "$SRC/README.md" "$DOC_DIR/README.md"
 if [ ! -e "$CONF_DIR/edgeheal.toml" ]; then

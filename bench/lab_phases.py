@@ -184,9 +184,12 @@ def wrk(edge: Edge, seconds: int, rate: int, workdir: Path) -> dict[str, Any]:
 
 async def footprint(workdir: Path, quick: bool) -> dict[str, Any]:
     window = 60.0 if quick else 600.0
-    world = BenchWorld(workdir, edges=1, agent=True, offload_on_at_boot=False, defaults=True)
+    # every feature on: the edge's uplink is a modem (stand-in ModemManager), so the uplink
+    # check and ladder run too, on the shipped defaults
+    world = BenchWorld(workdir, edges=1, agent=True, offload_on_at_boot=False, defaults=True,
+                       modem=True)
     rec: Recorder | None = None
-    out: dict[str, Any] = {"window": window}
+    out: dict[str, Any] = {"window": window, "uplink_feature": True}
     try:
         await world.build()
         edge = world.edges[0]

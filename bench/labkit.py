@@ -86,7 +86,14 @@ kubeconfig = "{edge.workdir / 'kubeconfig'}"
 
 [remediation]
 mode = "{remediation}"
-"""
+""" + (_uplink(world, edge) if getattr(world, "modem", False) else "")
+
+
+def _uplink(world: World, edge: Edge) -> str:
+    """The uplink check and ladder on the shipped defaults (a world built with modems)."""
+    from edgeheal.lab.uplinklab import uplink_config  # noqa: PLC0415
+
+    return uplink_config(edge, field=True)
 
 
 # --- observing an agent from outside ------------------------------------------------------

@@ -64,10 +64,10 @@ NONE = "\u2013"
 """An en dash: not measured."""
 WINDOWS = {"boot-with-offload": 90.0, "stuck-flannel": 90.0, "modem-reconnect": 200.0,
            "uplink-outage": 150.0, "lossy-link": 90.0, "dead-neighbour": 60.0,
-           "flapping-uplink": 180.0}
+           "flapping-uplink": 180.0, "stuck-modem": 240.0, "no-coverage": 180.0}
 """Seconds measured from each scenario's fault, the same for the agent on and off."""
-LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour"),
-         ("uplink-outage", "boot-with-offload", "stuck-flannel", "lossy-link"))
+LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour", "stuck-modem"),
+         ("uplink-outage", "boot-with-offload", "stuck-flannel", "lossy-link", "no-coverage"))
 QUICK_LANES = (("stuck-flannel",), ("boot-with-offload",))
 QUICK_WINDOW = 60.0
 

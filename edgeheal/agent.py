@@ -154,6 +154,10 @@ class Agent:
             self._cadence[check.name] = _Cadence()
         self.alerts = AlertEngine(self.ctx, link=self.alert_link)
         self.remediator = remediation.build(self.ctx)
+        self.uplink_remediator = remediation.build_uplink(
+            self.ctx, durable=lambda: self.alerts.outbox.fault is None)
+        """The uplink ladder (``[remediation.uplink] enabled``); its reboot rung goes ahead
+        only while the outbox writes alerts durably."""
         self._publish()
 
     # --- the snapshot ---------------------------------------------------------------------
@@ -171,6 +175,8 @@ class Agent:
         extras: dict[str, Any] = {"path": path_verdict(snap, self.config)}
         if self.remediator is not None:
             extras["remediation"] = self.remediator.view()
+        if self.uplink_remediator is not None:
+            extras["uplink_remediation"] = self.uplink_remediator.view()
         extras["alerts"] = self.alerts.view()
         snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
                         taken_mono=snap.taken_mono, round_complete=round_complete,
@@ -334,7 +340,8 @@ class Agent:
                 if isinstance(check, Serving):
                     tasks.append(_spawn(f"edgeheal.serve.{check.name}", check.serve))
             for name, actor in (("edgeheal.alerts", self.alerts),
-                                ("edgeheal.remediation", self.remediator)):
+                                ("edgeheal.remediation", self.remediator),
+                                ("edgeheal.remediation.uplink", self.uplink_remediator)):
                 if actor is not None:
                     tasks.append(_spawn(name, actor.serve))
             await self.stop_event.wait()

@@ -67,6 +67,11 @@ The ladder (first matching rule wins):
    that did not cure open the circuit (``open_circuit``).
 5. otherwise ``restart`` (``dry_run`` marks it: the actor says everything, does nothing).
 
+The safeguards of step 4 that are not about the tunnel's evidence (``paused``,
+``circuit_open``, ``open_circuit``, ``startup_grace``, ``cooldown``, ``budget_exhausted``)
+and the :class:`History` they read are :mod:`edgeheal.ladder`'s, one implementation shared
+with the uplink ladder (:mod:`edgeheal.uplink`); this module re-exports the vocabulary.
+
 **Time.** ``now`` is the agent's monotonic clock; every time in the :class:`History` is on
 that timeline (or None for an earlier boot's entry). The :class:`History` holds *every*
 piece of state a decision reads besides the snapshot — restart records, the streak, the
@@ -79,21 +84,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from edgeheal import ladder
 from edgeheal.checks.offload import NAME as OFFLOAD
 from edgeheal.checks.wireguard import NAME as WIREGUARD
+from edgeheal.ladder import (  # re-exported: the Flannel ladder's vocabulary since day one
+    CURED,
+    KEEP,
+    WINDOW,
+    Action,
+    ActionKind,
+    History,
+    Limits,
+    Record,
+)
 from edgeheal.model import CheckStatus, Snapshot, State
 from edgeheal.paths import by_path
 
 if TYPE_CHECKING:
     from edgeheal.config import Config, RemediationSettings
 
-WINDOW = 3600.0
-"""The sliding window of ``max_per_hour``, seconds."""
-KEEP = 50
-"""History entries kept (the newest); older ones cannot matter to any window."""
 NO_REMEDY = "none"
 """The view's ``mode`` when there is nothing to restart on this node (alert only)."""
 FAILED_REASONS = frozenset({"stalled", "dead", "never_connected", "no_peers",
@@ -106,111 +118,6 @@ SEND_FAILING = "send_failing"
 """The WireGuard reason for a device that cannot send; never a restart (rung 3b)."""
 UPLINK_CAUSES = frozenset({"no_address", "no_route", "link_down", "no_endpoint"})
 """``send_failing`` causes that mean the uplink is gone (edgeheal.wg.egress)."""
-
-ActionKind = Literal["restart", "skip", "watch", "open_circuit", "close_circuit"]
-CURED: frozenset[str] = frozenset({"recovered"})
-
-
-@dataclass(frozen=True, slots=True)
-class Action:
-    """What the policy wants done now. ``reason`` is a short code; ``message`` is for people."""
-
-    kind: ActionKind
-    reason: str
-    message: str = ""
-    dry_run: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One restart attempt. ``mono`` is on the current process's monotonic timeline, or
-    None for entries of an earlier boot (display only; see the module docstring)."""
-
-    mono: float | None
-    wall: str
-    mode: str
-    reason: str
-    result: str
-    """``recovered``, ``not_recovered``, ``failed``, ``config_problem``, ``dry_run``;
-    ``in_progress`` is persisted *before* the remedy runs, so an agent killed mid-restart
-    still counts the attempt (cooldown, budget, circuit); it reads back as
-    ``interrupted``."""
-    duration: float
-    target: str = ""
-    action: str = "restart"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"time": self.wall, "action": self.action, "mode": self.mode,
-                "reason": self.reason, "result": self.result,
-                "duration_seconds": round(self.duration, 3), "target": self.target}
-
-
-@dataclass(frozen=True, slots=True)
-class History:
-    records: tuple[Record, ...] = ()
-    failures_in_row: int = 0
-    """Restarts in a row that did not cure the tunnel (reset when it is healthy)."""
-    circuit_open: bool = False
-    paused_until: float | None = None
-    """Monotonic end of an operator pause; ``math.inf`` for an indefinite one."""
-    direct_was_down: bool = False
-    """A direct-path target has *failed* on this boot (an outage, not the first connection's
-    ``unknown``). Until then the direct path's first ``ok`` is the agent starting, not the
-    uplink coming back, and ``uplink_settle`` does not apply."""
-
-    def restarts_within(self, now: float, window: float = WINDOW) -> list[Record]:
-        """Restart attempts (dry runs included) in ``(now - window, now]`` on this boot."""
-        return [r for r in self.records if r.mono is not None and now - r.mono < window]
-
-    def last_restart(self) -> Record | None:
-        dated = [r for r in self.records if r.mono is not None]
-        return max(dated, key=lambda r: r.mono or 0.0) if dated else None
-
-    def paused(self, now: float) -> bool:
-        return self.paused_until is not None and now < self.paused_until
-
-    # --- pure updates -------------------------------------------------------------------
-
-    def with_record(self, record: Record) -> History:
-        """Add a restart attempt; a real attempt that did not cure counts toward the circuit.
-        An ``in_progress`` attempt counts as not cured until :meth:`finished` says so (if it
-        cured, the healthy tunnel clears the streak anyway)."""
-        in_row = self.failures_in_row
-        if record.result in CURED:
-            in_row = 0
-        elif record.result != "dry_run":
-            in_row += 1
-        return replace(self, records=(*self.records, record)[-KEEP:], failures_in_row=in_row)
-
-    def finished(self, record: Record) -> History:
-        """Replace the ``in_progress`` attempt started at ``record.mono`` by its outcome."""
-        for i in range(len(self.records) - 1, -1, -1):
-            old = self.records[i]
-            if old.result == "in_progress" and old.mono == record.mono:
-                records = (*self.records[:i], record, *self.records[i + 1:])
-                in_row = 0 if record.result in CURED else self.failures_in_row
-                return replace(self, records=records, failures_in_row=in_row)
-        return self.with_record(record)
-
-    def opened(self) -> History:
-        return replace(self, circuit_open=True)
-
-    def closed(self) -> History:
-        """The tunnel is healthy again, or an operator reset: circuit closed, streak cleared."""
-        return replace(self, circuit_open=False, failures_in_row=0)
-
-    def paused_for(self, now: float, seconds: float | None) -> History:
-        return replace(self, paused_until=math.inf if seconds is None else now + seconds)
-
-    def resumed(self) -> History:
-        return replace(self, paused_until=None)
-
-    def saw(self, view: TunnelView) -> History:
-        """Note what the view says about the direct path (``self`` when nothing changes)."""
-        if self.direct_was_down or not any(s is State.FAILED
-                                           for s in view.direct_mqtt.values()):
-            return self
-        return replace(self, direct_was_down=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,15 +221,9 @@ def decide(view: TunnelView, history: History, now: float,
         return []
     if failure == f"wireguard_{SEND_FAILING}":
         return [_send_failing(view)]
-    if history.paused(now):
-        until = ("until resumed" if history.paused_until == math.inf
-                 else f"for {history.paused_until - now:.0f}s more"  # type: ignore[operator]
-                 )
-        return [Action("skip", "paused", f"{failure}: remediation paused {until}")]
-    if history.circuit_open:
-        return [Action("skip", "circuit_open",
-                       f"{failure}: circuit open after {history.failures_in_row} restarts "
-                       "that did not cure; a human is needed")]
+    held = ladder.held(history, now, failure)
+    if held is not None:
+        return [held]
     if view.direct_down:
         down = ", ".join(f"{n}={s.value}" for n, s in view.direct_mqtt.items()
                          if not s.serving)
@@ -336,25 +237,10 @@ def decide(view: TunnelView, history: History, now: float,
                        f"ago; the tunnel gets {settings.uplink_settle:g}s to recover by itself")]
     if view.mode == NO_REMEDY:
         return [Action("skip", "mode_none", f"{failure}: no remedy on this node (alert only)")]
-    if history.failures_in_row >= settings.give_up_after:
-        return [Action("open_circuit", failure,
-                       f"{failure}: {history.failures_in_row} restarts in a row did not cure "
-                       "it; no more restarts until the tunnel is healthy or a reset")]
-    grace_end = max(view.started_mono, view.booted_mono) + settings.startup_grace
-    if now < grace_end:
-        return [Action("skip", "startup_grace",
-                       f"{failure}: within startup grace ({grace_end - now:.0f}s left)")]
-    last = history.last_restart()
-    if last is not None and last.mono is not None and now - last.mono < settings.cooldown:
-        return [Action("skip", "cooldown",
-                       f"{failure}: cooldown ({settings.cooldown - (now - last.mono):.0f}s "
-                       "left)")]
-    recent = history.restarts_within(now)
-    if len(recent) >= settings.max_per_hour:
-        oldest = min(r.mono for r in recent if r.mono is not None)
-        return [Action("skip", "budget_exhausted",
-                       f"{failure}: {len(recent)} restarts in the last hour (max "
-                       f"{settings.max_per_hour}); next in {WINDOW - (now - oldest):.0f}s")]
+    throttled = ladder.throttled(history, now, failure, Limits.of(settings),
+                                 started_mono=view.started_mono, booted_mono=view.booted_mono)
+    if throttled is not None:
+        return [throttled]
     verb = "would restart" if settings.dry_run else "restart"
     return [Action("restart", failure, f"{failure}: {verb} Flannel ({view.mode})",
                    dry_run=settings.dry_run)]
@@ -378,4 +264,8 @@ def _send_failing(view: TunnelView) -> Action:
 
 
 def budget_left(history: History, now: float, settings: RemediationSettings) -> int:
-    return max(0, settings.max_per_hour - len(history.restarts_within(now)))
+    return ladder.budget_left(history, now, Limits.of(settings))
+
+
+__all__ = ["CURED", "KEEP", "WINDOW", "Action", "ActionKind", "History", "Record",
+           "TunnelView", "budget_left", "decide", "view_of"]

@@ -33,6 +33,26 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
     "remediation.circuit_open": Kind(
         "critical", "`give_up_after` restarts did not cure the tunnel: no more restarts "
         "until it is healthy again or `edgeheal remediation reset`. A human is needed."),
+    "uplink_ladder.restarted": Kind(
+        "warning", "The uplink ladder carried out a rung on a stuck uplink (`detail.mode`: "
+        "modem-reconnect, link-bounce, usb-reauthorize or reboot; `detail.target`)."),
+    "uplink_ladder.recovered": Kind(
+        "info", "The uplink carries traffic again after a rung (or its circuit closed)."),
+    "uplink_ladder.failed": Kind(
+        "critical", "A rung could not be carried out, or the uplink did not recover within "
+        "`verify_timeout`; the next attempt tries the next rung."),
+    "uplink_ladder.skipped": Kind(
+        "warning", "The uplink failed but no rung was tried; `detail.reason` says why "
+        "(`no_coverage`, `link_down`, `no_address`, `no_route`, `uplink_unknown`, "
+        "`direct_path_ok`, `stuck_window`, a safeguard, `reboot_once_a_day`, "
+        "`alert_not_durable`, or a dry run)."),
+    "uplink_ladder.circuit_open": Kind(
+        "critical", "Every usable rung (or `give_up_after` of them) failed to cure the stuck "
+        "uplink: no more rungs until it is ok again or `edgeheal remediation reset --ladder "
+        "uplink`. A human is needed."),
+    "uplink_ladder.rebooting": Kind(
+        "critical", "The uplink ladder reboots the node now (its last rung); raised and "
+        "committed to the outbox before logind is asked."),
     "agent.started": Kind(
         "info", "The agent started; `detail.previous_run` is `clean`, `unclean` (killed, "
         "crashed or power loss) or `none` (first start)."),

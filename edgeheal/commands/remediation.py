@@ -36,9 +36,15 @@ def add_parser(sub: Any) -> None:
     pause.add_argument("--for", dest="duration", metavar="DURATION",
                        help="e.g. 30m or 2h (default: until `resume`)")
     pause.set_defaults(func=run)
-    inner.add_parser("resume", help="end a pause").set_defaults(func=run)
-    inner.add_parser("reset", help="close an open circuit and clear the streak of "
-                     "restarts that did not cure").set_defaults(func=run)
+    resume = inner.add_parser("resume", help="end a pause")
+    resume.set_defaults(func=run)
+    reset = inner.add_parser("reset", help="close an open circuit and clear the streak of "
+                             "restarts that did not cure")
+    reset.set_defaults(func=run)
+    for each in (pause, resume, reset):
+        each.add_argument("--ladder", choices=("flannel", "uplink"), default="flannel",
+                          help="which ladder: Flannel restarts (default) or the uplink's "
+                          "rungs")
 
     k = sub.add_parser("kubeconfig",
                        help="write the edge node's kubeconfig from its ServiceAccount token "
@@ -74,7 +80,9 @@ def run(args: argparse.Namespace) -> int:
         payload["for"] = format_duration(seconds)
     config = load(getattr(args, "config", None))
     try:
-        view = call(config.agent.state_dir, f"remediation.{command}", payload)
+        prefix = ("remediation.uplink" if getattr(args, "ladder", "flannel") == "uplink"
+                  else "remediation")
+        view = call(config.agent.state_dir, f"{prefix}.{command}", payload)
     except ControlError as err:
         print(f"edgeheal: {err}", file=sys.stderr)
         return ExitCode.ENVIRONMENT if err.unreachable else ExitCode.CONDITION_FALSE

@@ -156,6 +156,36 @@ class WireguardSettings(CheckSettings):
 
 
 @dataclass(frozen=True, slots=True)
+class UplinkSettings(CheckSettings):
+    interfaces: tuple[str, ...] = setting(
+        (), "Uplink interfaces (names or shell-style globs: `wwan*`) whose link, carrier, "
+        "addresses, default route and rx counter the `uplink` check reads. Empty: no "
+        "`uplink` check (the feature is off).")
+    probe: str = setting(
+        "", "Optional second direct-path probe, `host:port`: a TCP connect over the host's "
+        "own route, so one broker's outage is not taken for the uplink's (an answer means "
+        "the uplink passes traffic). Empty: the rx counter of the interfaces is the "
+        "evidence of silence.")
+    window: float = setting(
+        60.0, "Nothing passing this long (the probe failing, or without a probe the rx "
+        "counter flat) while link, address, route and the modem are fine means `stuck`.",
+        duration=True, bounds=(5.0, 86400.0))
+    modem_manager: bool = setting(
+        True, "Read the modem's registration, signal and bearer from ModemManager over "
+        "D-Bus. Without it (or without ModemManager) silence is `unknown`: no coverage "
+        "and a stuck modem cannot be told apart.")
+    dbus_address: str = setting(
+        "", "D-Bus address of ModemManager's bus. Empty: the system bus (lab and tests "
+        "set a private one).")
+    interval: float | None = setting(
+        10.0, "Cadence: reads kernel state and, with ModemManager, a handful of D-Bus "
+        "properties; the probe is one TCP handshake.", duration=True, bounds=(0.1, 86400.0))
+    retry_interval: float | None = setting(
+        2.0, "Quick re-check while in doubt (see the common keys).", duration=True,
+        bounds=(0.1, 86400.0))
+
+
+@dataclass(frozen=True, slots=True)
 class MqttTarget(CheckSettings):
     name: str = setting("", "Target name; also the check's name (`/probe/<name>`).")
     host: str = setting("", "Broker host name or address.")
@@ -266,6 +296,48 @@ class PodRemedySettings:
         duration=True, bounds=(1.0, 3600.0))
 
 
+UPLINK_RUNGS = ("modem-reconnect", "link-bounce", "usb-reauthorize", "reboot")
+
+
+@dataclass(frozen=True, slots=True)
+class UplinkLadderSettings:
+    """`[remediation.uplink]`: the uplink ladder (docs/remediation-uplink.md)."""
+
+    enabled: bool = setting(
+        False, "Run the uplink ladder: when the `uplink` check says `stuck` and every "
+        "direct-path MQTT target fails too, try the rungs one by one. Off by default.")
+    dry_run: bool = setting(False, "Log and alert what would be done; do nothing.")
+    rungs: tuple[str, ...] = setting(
+        UPLINK_RUNGS[:3], "The rungs, in escalation order (a subset of "
+        "`modem-reconnect`, `link-bounce`, `usb-reauthorize`, `reboot`). A rung that "
+        "cannot act here (no ModemManager, `usb_device` empty, `reboot` false) is "
+        "skipped. One rung up per attempt that did not cure.")
+    act_after: float = setting(
+        300.0, "How long the uplink must have been `stuck` (and every direct-path target "
+        "failed) before the first rung.", duration=True, bounds=(0.0, 86400.0))
+    cooldown: float = setting(
+        120.0, "Least time between two rungs.", duration=True, bounds=(0.0, 86400.0))
+    max_per_hour: int = setting(4, "Most rungs in any sliding hour, across agent restarts.")
+    startup_grace: float = setting(
+        300.0, "No rung this soon after the agent or the node started (a modem needs "
+        "minutes to register after a boot).", duration=True, bounds=(0.0, 86400.0))
+    give_up_after: int = setting(
+        4, "Rungs in a row that did not cure before the circuit opens (at most the number "
+        "of usable rungs): a critical alert, no more rungs until the uplink is ok again or "
+        "`edgeheal remediation reset --ladder uplink`.")
+    verify_timeout: float = setting(
+        90.0, "How long to wait after a rung for the uplink check and every direct-path "
+        "target to be ok again (a modem re-registers in tens of seconds).",
+        duration=True, bounds=(1.0, 3600.0))
+    usb_device: str = setting(
+        "", "The `usb-reauthorize` rung: `modem` (the USB device ModemManager reports for "
+        "the modem) or a USB device name under /sys/bus/usb/devices (`1-1`). Empty: the "
+        "rung is off (the agent writes to sysfs only where configured).")
+    reboot: bool = setting(
+        False, "Allow the `reboot` rung (logind's Reboot over D-Bus): at most once a day, "
+        "never within `startup_grace` of boot, after its alert is in the outbox.")
+
+
 @dataclass(frozen=True, slots=True)
 class RemediationSettings:
     mode: str = setting(
@@ -295,6 +367,7 @@ class RemediationSettings:
         "outage that was never the tunnel's.", duration=True, bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
+    uplink: UplinkLadderSettings = field(default_factory=UplinkLadderSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +378,7 @@ class Config:
     offload: OffloadSettings = field(default_factory=OffloadSettings)
     wireguard: WireguardSettings = field(default_factory=WireguardSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
+    uplink: UplinkSettings = field(default_factory=UplinkSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     kubernetes: KubernetesSettings | None = field(
         default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))

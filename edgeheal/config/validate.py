@@ -30,7 +30,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from edgeheal.config.parse import ConfigError, show, split_hostport
-from edgeheal.config.schema import CheckSettings, Config
+from edgeheal.config.schema import UPLINK_RUNGS, CheckSettings, Config
 
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """A Kubernetes node name: an RFC 1123 DNS subdomain (at most 253 characters)."""
@@ -55,6 +55,7 @@ def validate(config: Config) -> None:
         _validate_check(key, check)
     _validate_alerts(config)
     _validate_remediation(config)
+    _validate_uplink_ladder(config)
     for key, path in file_settings(config):
         if not PurePosixPath(path).is_absolute():
             raise ConfigError(key, f"must be an absolute path, got {show(path)}")
@@ -209,6 +210,37 @@ def _validate_remediation(config: Config) -> None:
         raise ConfigError("remediation.give_up_after", "must be at least 1")
     if rem.verify_timeout <= 0:
         raise ConfigError("remediation.verify_timeout", "must be greater than zero")
+    _validate_kubernetes(config)
+
+
+def _validate_uplink_ladder(config: Config) -> None:
+    """[remediation.uplink]: known rungs, each once; its budget; and, when enabled, the
+    evidence it needs (the ``uplink`` check and a direct-path target to confirm it)."""
+    ladder, key = config.remediation.uplink, "remediation.uplink"
+    for rung in ladder.rungs:
+        if rung not in UPLINK_RUNGS:
+            raise ConfigError(f"{key}.rungs", "expected a subset of "
+                              + ", ".join(map(repr, UPLINK_RUNGS)) + f", got {show(rung)}")
+    if len(set(ladder.rungs)) != len(ladder.rungs):
+        raise ConfigError(f"{key}.rungs", "names a rung twice")
+    if ladder.max_per_hour < 1:
+        raise ConfigError(f"{key}.max_per_hour", "must be at least 1 (use enabled = false)")
+    if ladder.give_up_after < 1:
+        raise ConfigError(f"{key}.give_up_after", "must be at least 1")
+    if ladder.reboot and "reboot" not in ladder.rungs:
+        raise ConfigError(f"{key}.reboot", "is true but \"reboot\" is not in rungs")
+    if not ladder.enabled:
+        return
+    if not config.uplink.interfaces or not config.uplink.enabled:
+        raise ConfigError(f"{key}.enabled", "the uplink ladder needs the uplink check: set "
+                          "[uplink] interfaces")
+    if not any(t.path == "direct" and t.enabled for t in config.mqtt.targets):
+        raise ConfigError(f"{key}.enabled", "the uplink ladder acts only when every "
+                          "direct-path MQTT target fails too: configure one "
+                          "([[mqtt.targets]] with path = \"direct\")")
+
+
+def _validate_kubernetes(config: Config) -> None:
     kube = config.kubernetes
     if kube is not None:
         if kube.request_timeout <= 0:

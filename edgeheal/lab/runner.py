@@ -248,6 +248,9 @@ class Scenario:
     """Seconds the scenario may take at most (the CI bound)."""
     start_agents: bool = True
     """False: the scenario starts the agents itself (e.g. after showing the fault)."""
+    modem: bool = False
+    """The uplinks are modems behind a stand-in ModemManager; the agents run the uplink
+    check and ladder (edgeheal.lab.uplinklab)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
@@ -257,7 +260,8 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
     ``field`` runs it with the field's timings (K = 25 s, the agent's shipped defaults)."""
     world = World(workdir, edges=edges or scenario.edges,
                   agent=scenario.agent if agent is None else agent,
-                  offload_on_at_boot=scenario.offload_on_at_boot, field=field)
+                  offload_on_at_boot=scenario.offload_on_at_boot, field=field,
+                  modem=scenario.modem)
     budget = scenario.budget * FIELD_BUDGET if field else scenario.budget
     lab: Lab | None = None
     began = time.monotonic()

@@ -84,9 +84,10 @@ class SystemBus:
     config_path: Path
 
 
-def bus_config(socket_path: Path, *, deny_restart: bool = False) -> str:
+def bus_config(socket_path: Path, *, deny_restart: bool = False, policy: str = "") -> str:
     """A dbus-daemon config shaped like the system bus's: method calls are denied unless a
-    rule lets them through, signals and replies flow, only systemd's name may be owned."""
+    rule lets them through, signals and replies flow, only systemd's name may be owned
+    (``policy``: more rules, e.g. the stand-in ModemManager's, edgeheal.lab.modemmanager)."""
     deny = ('    <deny send_destination="org.freedesktop.systemd1"\n'
             '          send_interface="org.freedesktop.systemd1.Manager"\n'
             '          send_member="RestartUnit"/>\n') if deny_restart else ""
@@ -110,13 +111,14 @@ def bus_config(socket_path: Path, *, deny_restart: bool = False) -> str:
     <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
     <allow own="org.freedesktop.systemd1"/>
     <allow send_destination="org.freedesktop.systemd1"/>
-{deny}  </policy>
+{deny}{policy}  </policy>
 </busconfig>
 """
 
 
 def start_system_bus(sandbox: Sandbox, directory: Path | None = None, *,
-                     deny_restart: bool = False, timeout: float = 10.0) -> SystemBus:
+                     deny_restart: bool = False, policy: str = "",
+                     timeout: float = 10.0) -> SystemBus:
     """Start ``dbus-daemon`` on ``<directory>/system_bus_socket``; return once it accepts.
 
     ``directory`` defaults to a fresh short temporary directory (a unix socket path must
@@ -129,7 +131,7 @@ def start_system_bus(sandbox: Sandbox, directory: Path | None = None, *,
         raise LabError(f"{directory} is too long a path for a unix socket; pass a shorter one")
     socket_path = sandbox.track(directory / "system_bus_socket")
     config_path = sandbox.track(directory / "system-bus.conf")
-    config_path.write_text(bus_config(socket_path, deny_restart=deny_restart),
+    config_path.write_text(bus_config(socket_path, deny_restart=deny_restart, policy=policy),
                            encoding="utf-8")
     daemon = shutil.which("dbus-daemon")
     assert daemon is not None  # noqa: S101 - require_programs checked it

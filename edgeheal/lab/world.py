@@ -93,6 +93,9 @@ class Edge:
     wg_process: Any = None
     host: int = 2
     """Last octet of the uplink's address: the modem's carrier may hand out a new one."""
+    modem_bus: str = ""
+    """Address of the private D-Bus where this edge's stand-in ModemManager runs ("": no
+    modem in this world)."""
 
     @property
     def edge_ip(self) -> str:
@@ -124,7 +127,8 @@ class World:
     """Build with :meth:`build` (async), tear down with :meth:`close` (always)."""
 
     def __init__(self, workdir: Path, *, edges: int = 1, agent: bool = True,
-                 offload_on_at_boot: bool = True, field: bool = False) -> None:
+                 offload_on_at_boot: bool = True, field: bool = False,
+                 modem: bool = False) -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
         self.field = field
@@ -134,6 +138,11 @@ class World:
         self.edge_count = edges
         self.with_agent = agent
         self.offload_on_at_boot = offload_on_at_boot
+        self.modem = modem
+        """Each edge's uplink is a modem behind a stand-in ModemManager (its own private
+        D-Bus), and the agents run the uplink check and ladder against it."""
+        self.modems: dict[str, Any] = {}
+        """edge name -> its FakeModemManager (edgeheal.lab.modemmanager)."""
         self.sandbox = Sandbox()
         self.cloud = ""
         self.cloud_wg = ""
@@ -168,6 +177,11 @@ class World:
             self._build_device(edge)  # what Flannel does when its pod first starts
             self._start_collector(edge)
         self._tasks.append(asyncio.create_task(self._flannel_watch(), name="lab.flannel"))
+        if self.modem:
+            from edgeheal.lab.uplinklab import start_modem  # noqa: PLC0415
+
+            for edge in self.edges:
+                self.modems[edge.name] = await start_modem(self, edge)
 
     def _build_edge(self, i: int) -> Edge:
         ns, carrier = self.sandbox.netns(f"e{i}"), self.sandbox.netns(f"g{i}")
@@ -371,7 +385,7 @@ max_per_hour = 3
 startup_grace = "10s"
 verify_timeout = "30s"
 uplink_settle = "20s"
-{extra}"""
+{extra}{self._uplink_config(edge)}"""
 
     def field_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
         """The shipped defaults: only what names this world (addresses, interfaces, paths)
@@ -412,14 +426,23 @@ kubeconfig = "{edge.workdir / 'kubeconfig'}"
 
 [remediation]
 mode = "{remediation}"
-{extra}"""
+{extra}{self._uplink_config(edge)}"""
+
+    def _uplink_config(self, edge: Edge) -> str:
+        if not edge.modem_bus:
+            return ""
+        from edgeheal.lab.uplinklab import uplink_config  # noqa: PLC0415
+
+        return uplink_config(edge, field=self.field)
 
     def start_agent(self, edge: Edge, **kw: Any) -> None:
         edge.config_path.write_text(self.agent_config(edge, **kw))
+        env = {**os.environ, "EDGEHEAL_LOG_LEVEL": "info"}
+        if edge.modem_bus:  # every D-Bus call the agent makes goes to the lab's bus
+            env["DBUS_SYSTEM_BUS_ADDRESS"] = edge.modem_bus
         edge.agent = self.sandbox.spawn(
             [sys.executable, "-m", "edgeheal", "run", "--config", str(edge.config_path)],
-            ns=edge.ns, log_path=edge.workdir / "agent.log",
-            env={**os.environ, "EDGEHEAL_LOG_LEVEL": "info"})
+            ns=edge.ns, log_path=edge.workdir / "agent.log", env=env)
 
     def kill_agent(self, edge: Edge) -> None:
         if edge.agent is not None and edge.agent.poll() is None:
@@ -559,6 +582,8 @@ mode = "{remediation}"
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        for fake in self.modems.values():
+            await fake.close()
         if self.kube is not None:
             try:
                 await asyncio.wait_for(self.kube.close(), 5)

@@ -13,14 +13,17 @@ one job per module:
 - :mod:`~edgeheal.remediation.reporting` — Events on the Node and the
   ``EdgeTunnelHealthy`` condition (best effort, in the background);
 - :mod:`~edgeheal.remediation.operator` — the control-socket commands (pause, resume,
-  reset) and the ``/status`` view.
+  reset) and the ``/status`` view;
+- :mod:`~edgeheal.remediation.uplink` — the uplink ladder's actor: the same actor with the
+  uplink's evidence and rungs (docs/remediation-uplink.md).
 
-The agent's hook is :func:`build`.
+The agent's hooks are :func:`build` and :func:`build_uplink`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from edgeheal.model import Context
 from edgeheal.policy import NO_REMEDY
@@ -45,6 +48,7 @@ __all__ = [
     "boot_id",
     "boottime",
     "build",
+    "build_uplink",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,3 +60,13 @@ def build(ctx: Context) -> Remediator | None:
         log.info("remediation mode none (configured): alerts only")
         return None
     return Remediator(ctx)
+
+
+def build_uplink(ctx: Context, *, durable: Callable[[], bool]) -> Remediator | None:
+    """The agent's hook for the uplink ladder: an actor when ``[remediation.uplink]
+    enabled`` (off by default). ``durable``: the outbox takes alerts durably now."""
+    if not ctx.config.remediation.uplink.enabled:
+        return None
+    from edgeheal.remediation.uplink import UplinkRemediator  # noqa: PLC0415
+
+    return UplinkRemediator(ctx, durable=durable)

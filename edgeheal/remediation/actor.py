@@ -21,6 +21,14 @@ which also exports the circuit, pause, streak and budget as gauges).
 Events (alerts): ``remediation.restarted``, ``.recovered``, ``.failed``, ``.skipped``
 (once per failure episode and skip reason, not every second), ``.circuit_open``; the same
 moments go to the Node (:mod:`edgeheal.remediation.reporting`).
+
+**One actor for every ladder.** The uplink ladder
+(:class:`edgeheal.remediation.uplink.UplinkRemediator`) is this class with its own
+evidence: it overrides the hooks marked *ladder hook* (what to decide on, which remedy a
+decision uses, what recovery means, the alert kinds' prefix, the control commands' and the
+history file's names) and inherits everything else — the persisted history written before
+and after every attempt, dry-run, skips said once per episode, the circuit, pause/resume/
+reset, the counters (``ladder`` label) and the ``/status`` view.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import logging
 import math
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from edgeheal import policy, remedies
 from edgeheal.checks.wireguard import NAME as WIREGUARD
@@ -39,12 +47,13 @@ from edgeheal.model import Context, Event, Snapshot, State, rfc3339
 from edgeheal.paths import targets
 from edgeheal.policy import Action, History, Record
 from edgeheal.remediation import modes, operator
-from edgeheal.remediation.history import Store, Timeline, boot_id, boottime
-from edgeheal.remediation.metrics import LadderMetrics
+from edgeheal.remediation.history import HISTORY_FILE, Store, Timeline, boot_id, boottime
+from edgeheal.remediation.metrics import KNOWN, LadderMetrics
 from edgeheal.remediation.reporting import NodeReporter
 from edgeheal.remedies import Remedy, RemedyError
 
 if TYPE_CHECKING:
+
     from edgeheal.kube import KubeClient
 
 log = logging.getLogger(__name__)
@@ -64,30 +73,42 @@ stuck past both is abandoned and the attempt counts as failed."""
 
 
 class Remediator:
-    ladder = "flannel"
-    """The ``ladder`` label of this actor's metrics."""
+    LADDER: ClassVar[str] = "flannel"
+    """*ladder hook*: the ``ladder`` label, and the ladder the remedies are registered in."""
+    KIND: ClassVar[str] = "remediation"
+    """*ladder hook*: the alert kinds' prefix (``<KIND>.restarted``, ...)."""
+    COMMANDS: ClassVar[str] = "remediation"
+    """*ladder hook*: the control commands' prefix (``<COMMANDS>.pause``, ...)."""
+    HISTORY: ClassVar[str] = HISTORY_FILE
+    NODE_EVENTS: ClassVar[Mapping[str, str]] = {
+        "acted": "FlannelRestarted", "recovered": "FlannelRecovered",
+        "skipped": "RemediationSkipped", "circuit_open": "RemediationCircuitOpen"}
+    WHAT: ClassVar[str] = "Flannel"
+    SUBJECT: ClassVar[str] = "the tunnel"
+    COUNTED: ClassVar[tuple[tuple[str, str], ...]] = KNOWN
+    """*ladder hook*: the (action, result) pairs counted, each at 0 from the start."""
 
     def __init__(self, ctx: Context, *, remedy_factory: modes.RemedyFactory | None = None,
                  kube: KubeClient | None = None,
                  boot_clock: Callable[[], float] = boottime, boot: str | None = None,
-                 tick: float = TICK) -> None:
+                 tick: float = TICK, settings: Any = None) -> None:
         self.ctx = ctx
         self.config = ctx.config
-        self.settings = ctx.config.remediation
+        self.settings = settings if settings is not None else ctx.config.remediation
         self.clock, self.wall, self.boot_clock, self.tick = ctx.clock, ctx.wall, boot_clock, tick
         self._kube = kube
-        self._make = remedy_factory or modes.factory(self.config, self.kube)
+        self._make = remedy_factory or modes.factory(self.config, self.kube, self.LADDER)
         self._store = Store(self.config.agent.state_dir,
                             Timeline(boot_id=boot or boot_id(),
-                                     offset=boot_clock() - self.clock()))
+                                     offset=boot_clock() - self.clock()), name=self.HISTORY)
         self.history = self._store.load()
-        self.selection = modes.initial(self.settings.mode)
+        self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
         self.announced: set[tuple[str, str]] = set()
         """(kind, reason) of skips and watches said once in this failure episode."""
         self.reporter = NodeReporter(self.config, self.kube)
-        metrics = LadderMetrics(ctx.registry, self.ladder, self)
+        metrics = LadderMetrics(ctx.registry, self.LADDER, self, self.COUNTED)
         self.restarts, self.duration = metrics.restarts, metrics.duration
         operator.register(self)
 
@@ -104,6 +125,10 @@ class Remediator:
     @property
     def mode_why(self) -> str:
         return self.selection.why
+
+    @property
+    def configured_mode(self) -> str:
+        return str(self.settings.mode)
 
     def store(self, history: History) -> None:
         """Adopt ``history`` and persist it (an error is logged, not raised)."""
@@ -140,8 +165,7 @@ class Remediator:
                 if snap is not last_snap or now - last_eval >= EVALUATE_EVERY:
                     last_snap, last_eval = snap, now
                     await self.evaluate(snap)
-                if (self.settings.mode == modes.AUTO and self.remedy is None
-                        and now - last_probe >= REPROBE_EVERY):
+                if self.reprobe_wanted() and now - last_probe >= REPROBE_EVERY:
                     last_probe = now
                     await self.resolve()
                 await asyncio.sleep(self.tick)
@@ -150,6 +174,10 @@ class Remediator:
             if self._kube is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._kube.close(), 1.0)
+
+    def reprobe_wanted(self) -> bool:
+        """*ladder hook*: probe the remedies again (every :data:`REPROBE_EVERY`)."""
+        return self.settings.mode == modes.AUTO and self.remedy is None
 
     def tunnel_view(self, snap: Snapshot) -> policy.TunnelView:
         view = policy.view_of(snap, self.config,
@@ -163,15 +191,29 @@ class Remediator:
 
     async def evaluate(self, snap: Snapshot) -> list[Action]:
         """One decision round (public for tests): decide, then carry it out."""
-        view = self.tunnel_view(snap)
-        self.reporter.follow(view)
-        actions = policy.decide(view, self.history, self.clock(), self.settings)
+        actions = self.decide(snap)
         if not actions or actions[0].kind in ("close_circuit", "restart"):
             self.announced.clear()  # a new failure episode announces its skips again
         for action in actions:
             self.last = action
             await self._apply(action)
         return actions
+
+    def decide(self, snap: Snapshot) -> list[Action]:
+        """*ladder hook*: the pure decision on this snapshot."""
+        view = self.tunnel_view(snap)
+        self.reporter.follow(view)
+        return policy.decide(view, self.history, self.clock(), self.settings)
+
+    def remedy_for(self, action: Action) -> tuple[Remedy | None, str]:
+        """*ladder hook*: the remedy an action uses, and its mode name."""
+        return self.remedy, self.mode
+
+    async def before(self, action: Action, detail: Mapping[str, Any],
+                     correlation: str) -> str:
+        """*ladder hook*: the last word before a remedy runs: "" to go ahead, or why not
+        (then nothing is recorded or done; the reason is a skip)."""
+        return ""
 
     async def _apply(self, action: Action) -> None:
         if action.kind == "restart":
@@ -182,9 +224,9 @@ class Remediator:
             self.announced.add(("skip", action.reason))
             log.warning("remediation skipped (%s): %s", action.reason, action.message)
             self.restarts.labels(action="skip", result=action.reason).inc()
-            self._emit("remediation.skipped", action.message,
+            self._emit(f"{self.KIND}.skipped", action.message,
                        {"reason": action.reason, "mode": self.mode})
-            self.reporter.event("RemediationSkipped", action.message, warning=False)
+            self.reporter.event(self.NODE_EVENTS["skipped"], action.message, warning=False)
         elif action.kind == "watch":
             if ("watch", action.reason) not in self.announced:
                 self.announced.add(("watch", action.reason))
@@ -193,18 +235,19 @@ class Remediator:
             self.store(self.history.opened())
             self.restarts.labels(action="open_circuit", result="opened").inc()
             log.critical("remediation circuit open: %s", action.message)
-            self._emit("remediation.circuit_open", action.message,
+            self._emit(f"{self.KIND}.circuit_open", action.message,
                        {"reason": action.reason, "mode": self.mode,
                         "failures_in_row": self.history.failures_in_row})
-            self.reporter.event("RemediationCircuitOpen", action.message, warning=True)
+            self.reporter.event(self.NODE_EVENTS["circuit_open"], action.message,
+                                warning=True)
         elif action.kind == "close_circuit":
             was_open = self.history.circuit_open
             self.store(self.history.closed())
             self.restarts.labels(action="close_circuit", result="closed").inc()
             log.info("remediation: %s", action.message)
             if was_open:
-                self._emit("remediation.recovered",
-                           "the tunnel is healthy again; remediation circuit closed",
+                self._emit(f"{self.KIND}.recovered",
+                           f"{self.SUBJECT} is healthy again; remediation circuit closed",
                            {"mode": self.mode, "circuit": "closed"})
 
     # --- a restart -------------------------------------------------------------------------
@@ -212,32 +255,37 @@ class Remediator:
     async def _restart(self, action: Action) -> None:
         began, wall = self.clock(), self.wall()
         correlation = uuid.uuid4().hex[:12]
-        detail: dict[str, Any] = {"mode": self.mode, "reason": action.reason}
-        if action.dry_run or self.remedy is None:
-            log.warning("remediation DRY RUN: would restart Flannel (%s): %s", self.mode,
+        remedy, mode = self.remedy_for(action)
+        detail: dict[str, Any] = {"mode": mode, "reason": action.reason}
+        if action.dry_run or remedy is None:
+            log.warning("remediation DRY RUN: would restart %s (%s): %s", self.WHAT, mode,
                         action.message)
             self.restarts.labels(action="restart", result="dry_run").inc()
             self.store(self.history.with_record(Record(
-                mono=began, wall=rfc3339(wall), mode=self.mode, reason=action.reason,
+                mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
                 result="dry_run", duration=0.0)))
-            self._emit("remediation.skipped", f"dry run: {action.message}",
+            self._emit(f"{self.KIND}.skipped", f"dry run: {action.message}",
                        {**detail, "dry_run": True}, correlation)
             return
-        remedy = self.remedy
+        refused = await self.before(action, detail, correlation)
+        if refused:
+            await self._apply(Action("skip", refused, f"{action.message}: not done: "
+                                     f"{refused}"))
+            return
         self.busy = action.reason
-        log.warning("remediation: restarting Flannel (%s): %s", self.mode, action.message)
+        log.warning("remediation: restarting %s (%s): %s", self.WHAT, mode, action.message)
         # persisted before acting: an agent killed mid-restart still counts this attempt
         self.store(self.history.with_record(Record(
-            mono=began, wall=rfc3339(wall), mode=self.mode, reason=action.reason,
+            mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
             result="in_progress", duration=0.0)))
         target, result = "", "failed"
         try:
             try:
-                async with asyncio.timeout(self.restart_bound()):
+                async with asyncio.timeout(self.restart_bound(mode)):
                     outcome = await remedy.restart()
             except RemedyError as err:
                 result = "config_problem" if err.config_problem else "failed"
-                self._emit("remediation.failed", f"restart failed: {err}",
+                self._emit(f"{self.KIND}.failed", f"restart failed: {err}",
                            {**detail, "result": result}, correlation)
                 log.error("remediation: restart failed (%s): %s", result, err)
                 return
@@ -245,27 +293,28 @@ class Remediator:
                 result = "interrupted"  # the agent is stopping: neither cured nor failed
                 raise
             except TimeoutError:
-                self._emit("remediation.failed",
-                           f"restart did not finish within {self.restart_bound():g}s",
+                self._emit(f"{self.KIND}.failed",
+                           f"restart did not finish within {self.restart_bound(mode):g}s",
                            {**detail, "result": "failed"}, correlation)
                 return
             target = outcome.target
-            self._emit("remediation.restarted", f"restarted {target}: {action.message}",
+            self._emit(f"{self.KIND}.restarted", f"restarted {target}: {action.message}",
                        {**detail, "target": target}, correlation)
-            self.reporter.event("FlannelRestarted",
+            self.reporter.event(self.NODE_EVENTS["acted"],
                                 f"edgeheal restarted {target} ({action.reason})", warning=True)
             ready = self.clock()
             recovered = await self._verify(ready)
             result = "recovered" if recovered else "not_recovered"
             if recovered:
-                self._emit("remediation.recovered",
-                           f"tunnel recovered {self.clock() - ready:.1f}s after {target} "
-                           "was back", {**detail, "target": target}, correlation)
-                self.reporter.event("FlannelRecovered",
-                                    "the tunnel recovered after the restart", warning=False)
+                self._emit(f"{self.KIND}.recovered",
+                           f"{self.SUBJECT} recovered {self.clock() - ready:.1f}s after "
+                           f"{target} was back", {**detail, "target": target}, correlation)
+                self.reporter.event(self.NODE_EVENTS["recovered"],
+                                    f"{self.SUBJECT} recovered after the restart",
+                                    warning=False)
             else:
-                self._emit("remediation.failed",
-                           f"restarted {target}, but the tunnel did not recover within "
+                self._emit(f"{self.KIND}.failed",
+                           f"restarted {target}, but {self.SUBJECT} did not recover within "
                            f"{self.settings.verify_timeout:g}s",
                            {**detail, "target": target, "result": result}, correlation)
         finally:
@@ -274,22 +323,26 @@ class Remediator:
             self.duration.observe(duration)
             self.restarts.labels(action="restart", result=result).inc()
             self.store(self.history.finished(Record(
-                mono=began, wall=rfc3339(wall), mode=self.mode, reason=action.reason,
+                mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
                 result=result, duration=duration, target=target)))
             log.info("remediation: restart %s after %.1fs (%s)", result, duration,
                      target or "no target")
 
-    def restart_bound(self) -> float:
+    def restart_bound(self, mode: str | None = None) -> float:
         """An outer bound on one restart (a stuck remedy must not hang the actor): the
         remedy's own limit from its registration, plus :data:`RESTART_MARGIN`."""
-        reg = remedies.by_mode(self.mode)
-        regs = [reg] if reg is not None else remedies.registrations()
+        reg = remedies.by_mode(mode or self.mode, self.LADDER)
+        regs = [reg] if reg is not None else remedies.registrations(self.LADDER)
         return max((r.restart_bound(self.config) for r in regs), default=0.0) + RESTART_MARGIN
 
+    def verified_by(self) -> tuple[str, ...]:
+        """*ladder hook*: the checks whose fresh ``ok`` means the remedy cured."""
+        return (WIREGUARD, *targets(self.config, "tunnel"))
+
     async def _verify(self, since: float) -> bool:
-        """Fresh ok results for WireGuard and every tunnel-path target, after ``since``."""
+        """Fresh ok results for every :meth:`verified_by` check, after ``since``."""
         deadline = since + self.settings.verify_timeout
-        wanted = (WIREGUARD, *targets(self.config, "tunnel"))
+        wanted = self.verified_by()
         asked = -math.inf
         while self.clock() < deadline:
             snap = self.ctx.snapshot()

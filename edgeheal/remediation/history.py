@@ -22,6 +22,9 @@ circuit and the restarts-in-a-row count persist across boots: a human is needed 
 tunnel is healthy again. A timed pause and the uplink-settle flag (the direct path has had
 an outage) end with the boot; an indefinite pause does not.
 
+Each ladder has its own file (``remediation-history.json`` for Flannel's,
+``uplink-history.json`` for the uplink's) in the same format.
+
 A file that cannot be read is moved aside (``.corrupt``) and the actor starts with an empty
 history: losing the history must never stop the monitoring. :class:`HistoryError` names the
 file; it is logged, never fatal.
@@ -39,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeheal.policy import KEEP, History, Record
+from edgeheal.ladder import KEEP, History, Record
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +157,9 @@ class Store:
     """The history file of one agent: load once (a corrupt file is moved aside), save on
     every change (an error is logged; the in-memory history stays authoritative)."""
 
-    def __init__(self, state_dir: str | os.PathLike[str], timeline: Timeline) -> None:
-        self.path = Path(state_dir) / HISTORY_FILE
+    def __init__(self, state_dir: str | os.PathLike[str], timeline: Timeline, *,
+                 name: str = HISTORY_FILE) -> None:
+        self.path = Path(state_dir) / name
         self.timeline = timeline
 
     def load(self) -> History:

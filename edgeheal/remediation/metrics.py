@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from edgeheal import ladder as safeguards
 from edgeheal import policy
 from edgeheal.metrics import CounterFamily
 
@@ -89,7 +90,8 @@ class _Gauges:
             history, now = actor.history, actor.clock()
             circuit.add_metric([name], 1.0 if history.circuit_open else 0.0)
             paused.add_metric([name], 1.0 if history.paused(now) else 0.0)
-            budget.add_metric([name], float(policy.budget_left(history, now, actor.settings)))
+            budget.add_metric([name], float(safeguards.budget_left(
+                history, now, safeguards.Limits.of(actor.settings))))
             streak.add_metric([name], float(history.failures_in_row))
         yield from (circuit, paused, budget, streak)
 
@@ -117,12 +119,13 @@ _FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, _Families] = \
 class LadderMetrics:
     """One ladder's handles: ``restarts.labels(action=, result=)``, ``duration``."""
 
-    def __init__(self, registry: CollectorRegistry, ladder: str, actor: Any) -> None:
+    def __init__(self, registry: CollectorRegistry, ladder: str, actor: Any,
+                 known: tuple[tuple[str, str], ...] = KNOWN) -> None:
         families = _FAMILIES.get(registry)
         if families is None:
             families = _FAMILIES[registry] = _Families(registry)
         families.gauges.ladders[ladder] = actor
         self.restarts = _Counted(families.restarts, ladder)
         self.duration = families.duration.labels(ladder=ladder)
-        for action, result in KNOWN:
+        for action, result in known:
             self.restarts.labels(action=action, result=result)

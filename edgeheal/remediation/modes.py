@@ -50,10 +50,12 @@ def initial(configured: str) -> Selection:
     return Selection(None, configured, "resolving" if configured == AUTO else "configured")
 
 
-def factory(config: Config, kube: Callable[[], KubeClient]) -> RemedyFactory:
-    """Build remedies from their registrations, sharing the actor's Kubernetes client."""
+def factory(config: Config, kube: Callable[[], KubeClient],
+            ladder: str = remedies.FLANNEL) -> RemedyFactory:
+    """Build ``ladder``'s remedies from their registrations, sharing the actor's Kubernetes
+    client."""
     def make(mode: str) -> Remedy | None:
-        reg = remedies.by_mode(mode)
+        reg = remedies.by_mode(mode, ladder)
         if reg is None or reg.unavailable(config):
             return None
         return reg.factory(Needs(config=config, kube=kube))

@@ -4,10 +4,11 @@ Why these exist: an operator working on a node (or on the uplink) must be able t
 remediator without stopping the agent's monitoring, and release the circuit after fixing
 what made restarts useless — ``remediation.pause`` (``{"for": "30m"}`` or indefinite),
 ``remediation.resume`` and ``remediation.reset`` on the root-only control socket
-(``edgeheal remediation ...``). Each change goes through the actor's persisted history, so
-a pause survives an agent restart. Every answer is the same view ``/status`` shows under
-``remediation``: mode and why, circuit, streak, budget, pause, the last decision and the
-recent attempts.
+(``edgeheal remediation ...``; the uplink ladder's are ``remediation.uplink.*``,
+``edgeheal remediation ... --ladder uplink``). Each change goes through the actor's
+persisted history, so a pause survives an agent restart. Every answer is the same view
+``/status`` shows under ``remediation`` (``uplink_remediation``): mode and why, circuit,
+streak, budget, pause, the last decision and the recent attempts.
 
 A pause is bounded (issue 17): ``{"for": ...}`` must be a duration from
 :data:`PAUSE_MIN` to :data:`PAUSE_MAX` (30 days; longer means "until resumed", which is
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from edgeheal import policy
+from edgeheal import ladder
 from edgeheal.model import rfc3339
 
 if TYPE_CHECKING:
@@ -80,9 +81,9 @@ def register(actor: Remediator) -> None:
         return view(actor)
 
     _drop_unbounded_pause(actor)
-    actor.ctx.control("remediation.pause", pause)
-    actor.ctx.control("remediation.resume", resume)
-    actor.ctx.control("remediation.reset", reset)
+    actor.ctx.control(f"{actor.COMMANDS}.pause", pause)
+    actor.ctx.control(f"{actor.COMMANDS}.resume", resume)
+    actor.ctx.control(f"{actor.COMMANDS}.reset", reset)
 
 
 def _drop_unbounded_pause(actor: Remediator) -> None:
@@ -117,11 +118,11 @@ def view(actor: Remediator) -> dict[str, Any]:
     return {
         "mode": actor.mode,
         "why": actor.mode_why,
-        "configured_mode": settings.mode,
+        "configured_mode": actor.configured_mode,
         "dry_run": settings.dry_run,
         "circuit": "open" if history.circuit_open else "closed",
         "failures_in_row": history.failures_in_row,
-        "budget_left": policy.budget_left(history, now, settings),
+        "budget_left": ladder.budget_left(history, now, ladder.Limits.of(settings)),
         "paused_until": paused,
         "busy": actor.busy,
         "last_decision": None if last is None else {

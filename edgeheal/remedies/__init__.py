@@ -30,9 +30,14 @@ if TYPE_CHECKING:
     from edgeheal.config import Config
     from edgeheal.kube import KubeClient
 
-BUILTIN = ("pod", "k3s_service")
+BUILTIN = ("pod", "k3s_service", "modem_reconnect", "link_bounce", "usb_reauthorize",
+           "reboot")
 """Remedy modules, in ``mode = "auto"``'s probe order: a Flannel pod on this node is the
-surer sign (DaemonSet Flannel), a K3s unit exists on every K3s node."""
+surer sign (DaemonSet Flannel), a K3s unit exists on every K3s node. The uplink ladder's
+rungs (``ladder = "uplink"``) follow; ``auto`` never considers them, and their order on
+the ladder is ``[remediation.uplink] rungs``."""
+FLANNEL = "flannel"
+UPLINK = "uplink"
 
 
 class RemedyError(Exception):
@@ -117,6 +122,9 @@ class RemedyRegistration:
     """Its own settings section (``remediation.pod``): documented in
     ``docs/configuration.md``, checked by :attr:`validate`."""
     validate: Validator = _no_rules
+    ladder: str = FLANNEL
+    """The ladder this remedy is a rung of: ``flannel`` (Flannel restarts; ``auto`` picks
+    among these) or ``uplink`` (the uplink ladder's rungs, never picked by ``auto``)."""
 
 
 _REGISTRY: dict[str, RemedyRegistration] = {}
@@ -127,16 +135,17 @@ def register(registration: RemedyRegistration) -> None:
     _REGISTRY[registration.module] = registration
 
 
-def registrations() -> list[RemedyRegistration]:
-    """Every registered remedy, in :data:`BUILTIN` (probe) order. A module missing from a
-    trimmed install is left out, not an error."""
+def registrations(ladder: str | None = FLANNEL) -> list[RemedyRegistration]:
+    """The registered remedies of ``ladder`` (None: all), in :data:`BUILTIN` (probe)
+    order. A module missing from a trimmed install is left out, not an error."""
     for name in BUILTIN:
         try:
             importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as err:
             if err.name != f"{__name__}.{name}":
                 raise
-    return [_REGISTRY[name] for name in BUILTIN if name in _REGISTRY]
+    return [_REGISTRY[name] for name in BUILTIN
+            if name in _REGISTRY and ladder in (None, _REGISTRY[name].ladder)]
 
 
 def modes() -> tuple[str, ...]:
@@ -144,8 +153,8 @@ def modes() -> tuple[str, ...]:
     return tuple(reg.mode for reg in registrations())
 
 
-def by_mode(mode: str) -> RemedyRegistration | None:
-    return next((reg for reg in registrations() if reg.mode == mode), None)
+def by_mode(mode: str, ladder: str | None = FLANNEL) -> RemedyRegistration | None:
+    return next((reg for reg in registrations(ladder) if reg.mode == mode), None)
 
 
 def validate(config: Config) -> None:
@@ -158,5 +167,5 @@ def validate(config: Config) -> None:
     if mode not in choices:
         raise ConfigError("remediation.mode", "expected " + " or ".join(map(repr, choices))
                           + f", got {mode!r}")
-    for reg in registrations():
+    for reg in registrations(None):
         reg.validate(config)

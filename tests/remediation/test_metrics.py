@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from types import ModuleType
 
-from edgeheal import policy
+from edgeheal import ladder, policy, uplink
 from edgeheal.remediation import Remediator
 from edgeheal.remediation.metrics import KNOWN, SKIP_REASONS
+from edgeheal.remediation.uplink import UplinkRemediator
 from tests.remediation.support import Clock, ScriptedRemedy, World, make_config
 
 
@@ -20,17 +22,35 @@ def gauge(world: World, name: str) -> float | None:
     return world.registry.get_sample_value(f"edgeheal_remediation_{name}", {"ladder": "flannel"})
 
 
+def skips(*modules: ModuleType) -> set[str]:
+    """Every ``Action("skip", <reason>)`` in the modules' source: a constant, a module
+    constant, or ``view.reason`` (the uplink verdicts it never acts on)."""
+    found: set[str] = set()
+    for module in modules:
+        for node in ast.walk(ast.parse(Path(str(module.__file__)).read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Action"
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "skip"):
+                reason = node.args[1]
+                if isinstance(reason, ast.Constant):
+                    found.add(reason.value)
+                elif isinstance(reason, ast.Name):
+                    found.add(getattr(module, reason.id))
+                else:
+                    assert ast.unparse(reason) == "view.reason", ast.unparse(reason)
+                    found |= uplink.NO_RUNG_REASONS
+    return found
+
+
 def test_the_skip_reasons_are_the_policys() -> None:
-    """Every ``Action("skip", <reason>)`` in the policy's source is initialised, no more."""
-    tree = ast.parse(Path(policy.__file__).read_text())
-    found = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Action"
-                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "skip"):
-            reason = node.args[1]
-            found.add(reason.value if isinstance(reason, ast.Constant)
-                      else getattr(policy, reason.id))  # type: ignore[attr-defined]
-    assert found == set(SKIP_REASONS)
+    """Every skip reason of the Flannel ladder (its policy and the shared safeguards) is
+    initialised, no more."""
+    assert skips(policy, ladder) == set(SKIP_REASONS)
+
+
+def test_the_uplink_ladders_skip_reasons_are_its_own() -> None:
+    assert skips(uplink, ladder) == set(uplink.SKIP_REASONS)
+    counted = {r for a, r in UplinkRemediator.COUNTED if a == "skip"}
+    assert counted == {*uplink.SKIP_REASONS, "alert_not_durable"}
 
 
 async def test_every_known_pair_exists_at_zero_before_anything_happens(tmp_path: Path) -> None:

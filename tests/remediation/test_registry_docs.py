@@ -11,7 +11,7 @@ from edgeheal import remedies
 from edgeheal.config import reference
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-REGISTERED = remedies.registrations()
+REGISTERED = remedies.registrations(None)  # both ladders: Flannel's and the uplink's rungs
 
 
 def test_the_builtin_remedies_are_registered() -> None:

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -339,6 +340,44 @@ def test_k3s_service_mode_restarts_k3s_through_polkit_and_nothing_else(
         assert container.show(unit, "MainPID")["MainPID"] == pid
 
 
+MM_ACTIONS = Path("/usr/share/polkit-1/actions/org.freedesktop.ModemManager1.policy")
+
+
+def pkcheck(box: Container, action: str) -> int:
+    """polkitd's answer for a process of user edgeheal: 0 yes, 1 no, 2 would ask."""
+    return as_agent_user(box, "sh", "-c", f'exec pkcheck --action-id {action} --process $$'
+                         ).returncode
+
+
+def test_the_uplink_rules_grant_exactly_device_control_and_reboot_only_when_asked(
+        container: Container) -> None:
+    # ModemManager is not in the container: register its actions as its package does
+    assert MM_ACTIONS.exists(), "ModemManager is not installed here (install.sh --dev)"
+    container.write(str(MM_ACTIONS), MM_ACTIONS.read_text(encoding="utf-8"))
+    uplink = "/etc/polkit-1/rules.d/49-edgeheal-uplink.rules"
+    reboot = "/etc/polkit-1/rules.d/49-edgeheal-reboot.rules"
+    assert container.run(["test", "-f", uplink], check=False).returncode == 0
+    assert container.run(["test", "-e", reboot], check=False).returncode != 0
+    control = "org.freedesktop.ModemManager1.Device.Control"
+    container.wait_for(lambda: pkcheck(container, control) == 0, timeout=30,
+                       what="polkitd to allow Device.Control to user edgeheal")
+    denied = ("org.freedesktop.login1.reboot", "org.freedesktop.login1.power-off",
+              "org.freedesktop.login1.reboot-multiple-sessions",
+              "org.freedesktop.login1.reboot-ignore-inhibit",
+              "org.freedesktop.ModemManager1.Control", "org.freedesktop.ModemManager1.Firmware")
+    assert {a: pkcheck(container, a) for a in denied} == dict.fromkeys(denied, 1)
+    # what install.sh --allow-reboot adds: exactly logind's reboot action
+    container.run(["install", "-m", "0644", f"{SRC}/systemd/49-edgeheal-reboot.rules", reboot])
+    try:
+        container.wait_for(lambda: pkcheck(container, "org.freedesktop.login1.reboot") == 0,
+                           timeout=30, what="polkitd to allow logind's reboot to edgeheal")
+        assert {a: pkcheck(container, a) for a in denied[1:]} == dict.fromkeys(denied[1:], 1)
+    finally:
+        container.run(["rm", "-f", reboot])
+    container.wait_for(lambda: pkcheck(container, "org.freedesktop.login1.reboot") == 1,
+                       timeout=30, what="polkitd to drop the reboot rule")
+
+
 def test_uninstall_removes_what_it_installed_and_keeps_the_config(
         container: Container) -> None:
     config = container.run(["cat", "/etc/edgeheal/edgeheal.toml"]).stdout
@@ -350,6 +389,7 @@ def test_uninstall_removes_what_it_installed_and_keeps_the_config(
     for path in ("/opt/edgeheal", "/usr/local/bin/edgeheal", f"/etc/systemd/system/{UNIT}",
                  f"/etc/systemd/system/{OFFLOAD_UNIT}", "/usr/share/doc/edgeheal",
                  "/etc/polkit-1/rules.d/50-edgeheal-k3s-restart.rules",
+                 "/etc/polkit-1/rules.d/49-edgeheal-uplink.rules",
                  "/etc/systemd/system/multi-user.target.wants/edgeheal.service"):
         assert container.run(["test", "-e", path], check=False).returncode != 0, path
     owners = container.run(["python3", "-c", "import os, pathlib; print(sorted({p.stat().st_uid "

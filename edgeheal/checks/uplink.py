@@ -1,0 +1,276 @@
+"""The uplink check: is the 4G/5G uplink up, and does anything pass through it?
+
+Why: a large share of edge outages are a *stuck modem* — link, address, registration and
+signal all fine, an active bearer, and yet no packet gets through (a stale data session, a
+PDP context the network dropped silently, a firmware hang). The uplink ladder
+(:mod:`edgeheal.uplink`) may act on that, and on nothing else; so this check tells it apart
+from the cases where nothing local helps (no coverage) or where the modem's manager is
+already at work (no address, no route, the link gone). It observes only, from its own
+evidence (checks do not read the snapshot):
+
+- the uplink interfaces over rtnetlink (:mod:`edgeheal.ifstate`): operational state and
+  carrier, global addresses, the default route, the rx packet counter;
+- the optional second direct-path probe (``[uplink] probe``, one TCP handshake): an answer
+  means traffic passes, whatever the counters say;
+- the modem over ModemManager's D-Bus API (:mod:`edgeheal.modem`), when enabled and
+  running: registration, signal quality, whether its bearer is connected.
+
+*Silence* is "nothing passed for ``window``": the probe failing for that long, or without a
+probe the interfaces' rx counter flat for that long. Reasons (first match wins):
+
+====================  =========  ===========================================================
+reason                state      meaning
+====================  =========  ===========================================================
+``link_down``         failed     no configured uplink interface exists, or none is up with
+                                 carrier
+``no_coverage``       failed     the modem is not registered (searching, denied, idle) or
+                                 has no signal: nothing local can help
+``no_address``        failed     the interface is up but has no global address
+``no_route``          failed     it has an address but no default route leaves through it
+``stuck``             failed     silent for ``window`` while registered, with signal, an
+                                 active bearer, link, address and route: the ladder's case
+``modem_not_ready``   unknown    the modem is locked, disabled, failed or initializing
+``silent``            unknown    silent for ``window``, but the agent cannot tell why (no
+                                 ModemManager, the modem not found, or its bearer not
+                                 connected): no coverage and a stuck modem look the same
+``ok``                ok         the uplink carries traffic (or was silent for less than
+                                 ``window``)
+====================  =========  ===========================================================
+
+ModemManager is asked only when the interfaces' evidence is not plainly fine (silence,
+or no interface up with an address and a default route): a healthy uplink costs no D-Bus
+call and no dbus-fast import (about 3 MB of RSS, paid once trouble first comes), and the
+verdicts that need the modem — ``stuck``, ``no_coverage``, ``silent`` — are all reached
+through silence or a missing address. ``no_coverage`` therefore shows up to ``window``
+after the cell is lost when the address survives it.
+
+Off unless configured: with ``[uplink] interfaces`` empty the check is not created. The
+modem's bearer properties (they hold the APN password) are never put in ``detail``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from edgeheal.checks import Check, Registration, register
+from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
+
+if TYPE_CHECKING:
+    from edgeheal.config import CheckSettings, Config, UplinkSettings
+    from edgeheal.ifstate import Interface
+    from edgeheal.modem import Modem
+
+log = logging.getLogger(__name__)
+
+NAME = "uplink"
+REGISTERED = frozenset({"home", "roaming"})
+"""3GPP registration states with service."""
+NOT_READY = frozenset({"failed", "unknown", "initializing", "locked", "disabled",
+                       "disabling", "enabling"})
+"""MMModemState names of a modem that is not (yet) usable: not coverage, not stuck."""
+NO_SERVICE = frozenset({"enabled", "searching"})
+"""MMModemState names of a modem that is enabled but has no network."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One run's observations (pure input of :func:`judge`)."""
+
+    interfaces: tuple[Interface, ...]
+    modem: Modem | None
+    """The uplink's modem (None: not asked, no ModemManager, or no modem)."""
+    modem_note: str
+    """Why there is no modem ("ModemManager not running: ..."), or ""."""
+    silent_for: float
+    """Seconds nothing has passed (0: traffic now)."""
+    probe: str
+    """The second probe's last answer (``ok``, ``timeout``, an errno name) or "" (none)."""
+
+
+def judge(ev: Evidence, window: float) -> CheckResult:
+    """The verdict (pure; the table in the module docstring)."""
+    detail: dict[str, Any] = {
+        "interfaces": {i.name: {"oper": i.oper.lower(), "carrier": i.carrier,
+                                "addresses": len(i.addresses),
+                                "default_route": i.default_route} for i in ev.interfaces},
+        "silent_seconds": round(ev.silent_for, 1)}
+    if ev.probe:
+        detail["probe"] = ev.probe
+    m = ev.modem
+    if m is not None:
+        bearer = next((b for b in m.bearers if b.connected), None)
+        detail["modem"] = {"state": m.state, "registration": m.registration,
+                           "signal_quality": m.signal_quality,
+                           "bearer_connected": bearer is not None,
+                           "bearer_interface": bearer.interface if bearer else ""}
+    elif ev.modem_note:
+        detail["modem"] = {"note": ev.modem_note}
+    if not ev.interfaces:
+        return CheckResult(State.FAILED, "link_down", "no uplink interface exists", detail)
+    up = [i for i in ev.interfaces if i.carries]
+    if not up:
+        states = ", ".join(f"{i.name} {i.oper.lower()}"
+                           + ("" if i.carrier else " no carrier") for i in ev.interfaces)
+        return CheckResult(State.FAILED, "link_down", f"uplink down ({states})", detail)
+    if m is not None:
+        if m.state in NOT_READY:
+            return CheckResult(State.UNKNOWN, "modem_not_ready",
+                               f"the modem is {m.state}", detail)
+        no_reg = bool(m.registration) and m.registration not in REGISTERED
+        if no_reg or m.state in NO_SERVICE or (m.signal_recent and m.signal_quality == 0):
+            why = (f"registration {m.registration}" if no_reg
+                   else f"modem {m.state}" if m.state in NO_SERVICE else "no signal")
+            return CheckResult(State.FAILED, "no_coverage",
+                               f"no coverage ({why}, signal {m.signal_quality}%)", detail)
+    addressed = [i for i in up if i.addresses]
+    if not addressed:
+        return CheckResult(State.FAILED, "no_address",
+                           f"{', '.join(i.name for i in up)}: no address", detail)
+    if not any(i.default_route for i in addressed):
+        return CheckResult(State.FAILED, "no_route",
+                           f"no default route through {', '.join(i.name for i in addressed)}",
+                           detail)
+    if ev.silent_for < window:
+        return CheckResult(State.OK, "ok", "the uplink carries traffic" if not ev.silent_for
+                           else f"silent for {ev.silent_for:.0f}s (stuck after "
+                           f"{window:g}s)", detail)
+    what = "the probe fails" if ev.probe else "rx flat"
+    if m is None:
+        return CheckResult(State.UNKNOWN, "silent", (
+            f"nothing passes for {ev.silent_for:.0f}s ({what}), and without the modem's "
+            f"state the agent cannot tell no coverage from a stuck modem"), detail)
+    if not any(b.connected for b in m.bearers):
+        return CheckResult(State.UNKNOWN, "silent", (
+            f"nothing passes for {ev.silent_for:.0f}s ({what}); the modem has no connected "
+            "bearer (its manager is reconnecting?)"), detail)
+    return CheckResult(State.FAILED, "stuck", (
+        f"stuck: nothing passes for {ev.silent_for:.0f}s ({what}) although the modem is "
+        f"{m.registration or m.state} with signal {m.signal_quality}% and a connected "
+        "bearer"), detail)
+
+
+def pick_modem(modems: tuple[Modem, ...], names: set[str]) -> Modem | None:
+    """The modem whose bearer uses one of the uplink interfaces, else the only modem."""
+    for m in modems:
+        if any(b.interface in names for b in m.bearers) or any(p in names
+                                                                for p, _ in m.ports):
+            return m
+    return modems[0] if len(modems) == 1 else None
+
+
+class UplinkCheck:
+    name = NAME
+
+    def __init__(self, ctx: Context, settings: UplinkSettings, *, netns: str | None = None,
+                 modem_manager: Any = None) -> None:
+        self.settings: CheckSettings = settings
+        self.uplink: UplinkSettings = settings
+        self.ctx, self.netns = ctx, netns
+        self._mm = modem_manager
+        self._rx: int | None = None
+        self._passed = ctx.clock()
+        """When traffic last passed (monotonic); the start counts as traffic."""
+        self._probe = ""
+
+    async def run(self) -> CheckResult:
+        from edgeheal import ifstate  # noqa: PLC0415 - pyroute2 only with the check on
+
+        now = self.ctx.clock()
+        interfaces = await ifstate.read(self.uplink.interfaces, netns=self.netns)
+        rx = sum(i.rx_packets for i in interfaces)
+        if self.uplink.probe:
+            from edgeheal.config import split_hostport  # noqa: PLC0415
+
+            host, port = split_hostport(self.uplink.probe)
+            self._probe = await ifstate.reachable(host, port,
+                                                  max(1.0, self.settings.timeout - 1.0))
+            if self._probe == "ok":
+                self._passed = now
+        elif self._rx is None or rx != self._rx:
+            self._passed = now
+        self._rx = rx
+        silent = max(0.0, now - self._passed)
+        if silent < self.uplink.window and any(
+                i.carries and i.addresses and i.default_route for i in interfaces):
+            modem, note = None, ""  # plainly fine: the modem is not asked (see docstring)
+        else:
+            modem, note = await self._modem({i.name for i in interfaces})
+        return judge(Evidence(interfaces, modem, note, silent, self._probe),
+                     self.uplink.window)
+
+    async def _modem(self, names: set[str]) -> tuple[Modem | None, str]:
+        if not self.uplink.modem_manager:
+            return None, ""
+        from edgeheal.modem import ModemError, ModemManager  # noqa: PLC0415
+
+        if self._mm is None:
+            self._mm = ModemManager(self.uplink.dbus_address or None,
+                                    timeout=max(1.0, self.settings.timeout / 2))
+        try:
+            modems = await self._mm.modems()
+        except ModemError as err:
+            return None, str(err)
+        modem = pick_modem(modems, names)
+        if modem is None:
+            return None, ("ModemManager knows no modem" if not modems
+                          else f"{len(modems)} modems, none on the uplink interfaces")
+        return modem, ""
+
+    async def close(self) -> None:
+        if self._mm is not None:
+            await self._mm.close()
+
+
+def _build(ctx: Context) -> list[Check]:
+    settings = ctx.config.uplink
+    return [UplinkCheck(ctx, settings)] if settings.interfaces else []
+
+
+def _names(config: Config) -> tuple[str, ...]:
+    return (NAME,) if config.uplink.interfaces and config.uplink.enabled else ()
+
+
+def _validate(config: Config) -> None:
+    from edgeheal.config import ConfigError, split_hostport  # noqa: PLC0415
+
+    settings = config.uplink
+    if settings.probe:
+        try:
+            split_hostport(settings.probe)
+        except ValueError as err:
+            raise ConfigError("uplink.probe", str(err)) from None
+    if settings.window < (settings.effective_interval(config.agent) * 2):
+        raise ConfigError("uplink.window", "expected at least two check intervals, got "
+                          f"{settings.window:g}s")
+    if not math.isfinite(settings.window):
+        raise ConfigError("uplink.window", "expected a finite duration")
+
+
+def _alert(status: CheckStatus) -> tuple[str, str]:
+    if status.reason == "stuck":
+        return "uplink.stuck", "uplink.recovered"
+    if status.reason == "no_coverage":
+        return "uplink.no_coverage", "uplink.recovered"
+    return "uplink.down", "uplink.recovered"
+
+
+KINDS: dict[str, Kind] = {
+    "uplink.stuck": Kind(
+        "critical", "The uplink is up, registered, with signal and a connected bearer, yet "
+        "nothing passes for `[uplink] window`: a stuck modem (the uplink ladder's case).",
+        problem=True),
+    "uplink.no_coverage": Kind(
+        "warning", "The modem has no coverage (not registered or no signal): nothing local "
+        "helps; no rung is ever tried for it.", problem=True),
+    "uplink.down": Kind(
+        "warning", "The uplink interface is down or gone, has no address or no default "
+        "route, or the agent cannot tell why nothing passes (`detail.reason`).",
+        problem=True),
+    "uplink.recovered": Kind("info", "The uplink carries traffic again."),
+}
+
+register(Registration(NAME, _build, names=_names, doc=__doc__ or "", kinds=KINDS,
+                      alert=_alert, validate=_validate))

@@ -1,0 +1,230 @@
+"""The uplink check: its verdict table over fakes of the boundary readers, then its
+link/address/route/probe evidence against a real kernel in a network namespace."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from edgeheal import ifstate
+from edgeheal.checks.uplink import Evidence, UplinkCheck, judge, pick_modem
+from edgeheal.config import loads
+from edgeheal.ifstate import Interface
+from edgeheal.lab.netns import Sandbox, run
+from edgeheal.lab.nsutil import inside
+from edgeheal.model import State
+from edgeheal.modem import Bearer, Modem, ModemError
+from tests.support import Clock, context
+
+SECRET = "apn-pass-0xDEADBEEF"
+
+
+def link(name: str = "wwan0", *, oper: str = "UP", carrier: bool = True,
+         addresses: tuple[str, ...] = ("10.64.1.2",), default_route: bool = True) -> Interface:
+    return Interface(name=name, index=3, oper=oper, admin_up=True, carrier=carrier,
+                     addresses=addresses, default_route=default_route, rx_packets=10,
+                     tx_packets=10)
+
+
+def modem(*, state: str = "connected", registration: str = "home", signal: int = 60,
+          connected: bool = True, interface: str = "wwan0") -> Modem:
+    bearer = Bearer(path="/org/freedesktop/ModemManager1/Bearer/0", connected=connected,
+                    interface=interface, properties={"apn": "internet", "password": SECRET})
+    return Modem(path="/org/freedesktop/ModemManager1/Modem/0", state=state,
+                 registration=registration, signal_quality=signal, signal_recent=True,
+                 device="/sys/devices/usb1/1-1", ports=(("cdc-wdm0", 1), (interface, 2)),
+                 bearers=(bearer,))
+
+
+WINDOW = 60.0
+DROP_FROM_EDGE = """
+table inet stuck {
+  chain in {
+    type filter hook prerouting priority -300; policy accept;
+    ip saddr 10.77.0.2 drop;
+  }
+}
+"""
+# (id, interfaces, modem, silent_for, probe, expected (state, reason))
+CASES: list[tuple[str, tuple[Interface, ...], Modem | None, float, str,
+                  tuple[State, str]]] = [
+    ("healthy and traffic passes", (link(),), modem(), 0.0, "", (State.OK, "ok")),
+    ("silent for less than the window is still ok", (link(),), modem(), 59.0, "",
+     (State.OK, "ok")),
+    ("no interface at all is link_down", (), modem(), 0.0, "", (State.FAILED, "link_down")),
+    ("an interface down is link_down", (link(oper="DOWN", carrier=False),), modem(), 0.0,
+     "", (State.FAILED, "link_down")),
+    ("no carrier is link_down", (link(carrier=False),), modem(), 0.0, "",
+     (State.FAILED, "link_down")),
+    ("not registered is no_coverage", (link(),), modem(registration="searching"), 100.0, "",
+     (State.FAILED, "no_coverage")),
+    ("registration denied is no_coverage", (link(),), modem(registration="denied"), 0.0, "",
+     (State.FAILED, "no_coverage")),
+    ("no signal is no_coverage", (link(),), modem(signal=0), 100.0, "",
+     (State.FAILED, "no_coverage")),
+    ("a searching modem without 3GPP is no_coverage", (link(),),
+     modem(state="searching", registration=""), 100.0, "", (State.FAILED, "no_coverage")),
+    ("a locked modem is unknown", (link(),), modem(state="locked"), 100.0, "",
+     (State.UNKNOWN, "modem_not_ready")),
+    ("up without an address is no_address", (link(addresses=()),), modem(), 100.0, "",
+     (State.FAILED, "no_address")),
+    ("addressed without a default route is no_route", (link(default_route=False),), modem(),
+     100.0, "", (State.FAILED, "no_route")),
+    ("silent for the window, registered, signal, bearer: stuck", (link(),), modem(), 60.0,
+     "", (State.FAILED, "stuck")),
+    ("roaming counts as registered", (link(),), modem(registration="roaming"), 60.0,
+     "timeout", (State.FAILED, "stuck")),
+    ("silent without the modem's state cannot be told: unknown", (link(),), None, 600.0,
+     "timeout", (State.UNKNOWN, "silent")),
+    ("silent with the bearer not connected: unknown", (link(),), modem(connected=False),
+     600.0, "", (State.UNKNOWN, "silent")),
+    ("one of two uplinks up and routed is enough", (link("eth1", oper="DOWN"), link()),
+     modem(), 0.0, "", (State.OK, "ok")),
+]
+
+
+@pytest.mark.parametrize(("links", "the_modem", "silent", "probe", "expected"),
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_uplink_verdict(links: tuple[Interface, ...], the_modem: Modem | None,
+                            silent: float, probe: str, expected: tuple[State, str]) -> None:
+    result = judge(Evidence(links, the_modem, "", silent, probe), WINDOW)
+    assert (result.state, result.reason) == expected
+    assert result.message
+    assert SECRET not in repr(result)  # the bearer's properties never reach detail
+
+
+def test_the_modem_on_the_uplink_interface_is_picked() -> None:
+    other, ours = modem(interface="wwan1"), modem(interface="wwan0")
+    assert pick_modem((other, ours), {"wwan0"}) is ours
+    assert pick_modem((ours,), {"eth9"}) is ours  # the only modem
+    assert pick_modem((other, modem(interface="wwan2")), {"wwan0"}) is None
+
+
+class FakeManager:
+    def __init__(self, modems: tuple[Modem, ...] | Exception = ()) -> None:
+        self.answer = modems
+        self.asked = 0
+
+    async def modems(self) -> tuple[Modem, ...]:
+        self.asked += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    async def close(self) -> None:
+        return None
+
+
+@pytest.fixture
+def uplink_ns(sandbox: Sandbox) -> dict[str, Any]:
+    """An edge namespace whose uplink (a veth) reaches a carrier namespace with a TCP
+    listener (the second probe's target) on 10.77.0.1:7000."""
+    edge, carrier = sandbox.netns("ue"), sandbox.netns("uc")
+    a, _b = sandbox.veth(edge, carrier, addr_a="10.77.0.2/24", addr_b="10.77.0.1/24")
+    run(["ip", "route", "add", "default", "via", "10.77.0.1", "dev", a], ns=edge)
+    sandbox.spawn(["python3", "-c", "import socket,time\n"
+                   "s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+                   "s.bind(('10.77.0.1',7000));s.listen(64)\n"
+                   "while True:\n c,_=s.accept();c.close()"], ns=carrier)
+    return {"edge": edge, "carrier": carrier, "a": a, "sandbox": sandbox}
+
+
+async def _run(check: UplinkCheck, ns: str) -> Any:
+    with inside(ns):  # the probe's socket and the rtnetlink socket both in the edge
+        return await check.run()
+
+
+@pytest.mark.netns
+async def test_the_check_reads_link_address_route_and_probe_from_a_real_kernel(
+        uplink_ns: dict[str, Any]) -> None:
+    edge, a = uplink_ns["edge"], uplink_ns["a"]
+    clock = Clock()
+    h = context(f"""
+[uplink]
+interfaces = ["{a}"]
+probe = "10.77.0.1:7000"
+window = "20s"
+timeout = "3s"
+""", clock=clock)
+    manager = FakeManager((modem(interface=a),))
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=manager)
+    for _ in range(50):  # the carrier's listener may take a moment to start
+        result = await _run(check, edge)
+        if result.detail.get("probe") == "ok":
+            break
+        await asyncio.sleep(0.1)
+    assert (result.state, result.reason) == (State.OK, "ok"), result.message
+    assert manager.asked == 0  # a plainly healthy uplink costs no D-Bus call
+    assert result.detail["interfaces"][a] == {"oper": "up", "carrier": True, "addresses": 1,
+                                              "default_route": True}
+
+    # the carrier silently drops everything from the edge: link, address, route fine
+    uplink_ns["sandbox"].nft(uplink_ns["carrier"], DROP_FROM_EDGE)
+    clock.advance(5)
+    result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.OK, "ok")  # silent < window
+    assert result.detail["probe"] == "timeout"
+    assert manager.asked == 0
+    clock.advance(20)
+    result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.FAILED, "stuck"), result.message
+    assert manager.asked == 1  # silence: now the modem's word is needed
+    run(["nft", "delete", "table", "inet", "stuck"], ns=uplink_ns["carrier"])
+    result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.OK, "ok")
+
+    run(["ip", "route", "del", "default"], ns=edge)
+    result = await _run(check, edge)
+    assert result.reason == "no_route", result.message
+    run(["ip", "addr", "flush", "dev", a], ns=edge)
+    result = await _run(check, edge)
+    assert result.reason == "no_address", result.message
+    run(["ip", "link", "set", a, "down"], ns=edge)
+    result = await _run(check, edge)
+    assert result.reason == "link_down", result.message
+
+
+@pytest.mark.netns
+async def test_without_modemmanager_silence_is_unknown_and_says_why(
+        uplink_ns: dict[str, Any]) -> None:
+    edge, a = uplink_ns["edge"], uplink_ns["a"]
+    uplink_ns["sandbox"].nft(uplink_ns["carrier"], DROP_FROM_EDGE)
+    clock = Clock()
+    h = context(f'[uplink]\ninterfaces = ["{a}"]\nprobe = "10.77.0.1:7000"\n'
+                'window = "20s"\ntimeout = "2s"\n', clock=clock)
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=FakeManager(
+        ModemError("ModemManager is not running (org.freedesktop.ModemManager1)")))
+    await _run(check, edge)
+    clock.advance(30)
+    result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.UNKNOWN, "silent")
+    assert "not running" in result.detail["modem"]["note"]
+
+
+@pytest.mark.netns
+async def test_link_bounce_takes_a_real_veth_down_and_up(uplink_ns: dict[str, Any]) -> None:
+    from edgeheal.remedies.link_bounce import LinkBounce  # noqa: PLC0415
+
+    edge, a = uplink_ns["edge"], uplink_ns["a"]
+    config = loads(f'[uplink]\ninterfaces = ["{a}"]\n')
+    seen: list[bool] = []
+    remedy = LinkBounce(config, netns=edge, down_for=0.5)
+    assert (await remedy.probe()).usable
+    task = asyncio.create_task(remedy.restart())
+    for _ in range(100):  # watch it go down while the bounce runs
+        (link_now,) = await ifstate.read((a,), netns=edge)
+        seen.append(link_now.admin_up)
+        if not link_now.admin_up:
+            break
+        await asyncio.sleep(0.02)
+    outcome = await asyncio.wait_for(task, 10)
+    assert outcome.target == a
+    assert False in seen
+    (after,) = await ifstate.read((a,), netns=edge)
+    assert after.admin_up
+    missing = LinkBounce(loads('[uplink]\ninterfaces = ["nope*"]\n'), netns=edge)
+    availability = await missing.probe()
+    assert not availability.usable
+    assert "nope*" in availability.why

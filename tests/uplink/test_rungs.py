@@ -1,0 +1,215 @@
+"""The uplink rungs against the real thing or a faithful stand-in: ``usb-reauthorize`` on a
+sysfs-tree fixture (a real kernel re-enumeration is the QEMU test bed's), ``reboot`` against
+a logind stand-in and ``modem-reconnect`` against the stand-in ModemManager (and a
+NetworkManager stand-in), each on a real dbus-daemon with a system-bus-like policy."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from edgeheal import remedies, validation
+from edgeheal.config import ConfigError, loads
+from edgeheal.lab.modemmanager import BUS_POLICY, FakeModemManager
+from edgeheal.lab.netns import Sandbox
+from edgeheal.lab.systemd_bus import start_system_bus
+from edgeheal.remedies import RemedyError
+from edgeheal.remedies.modem_reconnect import ModemReconnect
+from edgeheal.remedies.reboot import Reboot
+from edgeheal.remedies.usb_reauthorize import UsbReauthorize
+from tests.uplink.standins import DENY_REBOOT, LOGIND_POLICY, FakeLogind, FakeNetworkManager
+
+SECRET = "s3cret-apn-pass"
+
+
+def test_the_uplink_rungs_are_registered_on_their_own_ladder() -> None:
+    uplink = [r.mode for r in remedies.registrations(remedies.UPLINK)]
+    assert uplink == ["modem-reconnect", "link-bounce", "usb-reauthorize", "reboot"]
+    assert not set(uplink) & set(remedies.modes())  # Flannel's `auto` never sees them
+    with pytest.raises(ConfigError, match=r"remediation\.mode"):
+        validation.loads('[remediation]\nmode = "reboot"\n')
+
+
+# --- usb-reauthorize on a sysfs tree ----------------------------------------------------
+
+class Authorized:
+    """A USB device's ``authorized`` attribute in a sysfs-tree fixture, recording writes."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        real = root / "devices" / "pci0000:00" / "0000:00:14.0" / "usb1" / name
+        real.mkdir(parents=True)
+        (root / "bus" / "usb" / "devices").mkdir(parents=True, exist_ok=True)
+        (root / "bus" / "usb" / "devices" / name).symlink_to(real)
+        self.path = real / "authorized"
+        self.path.write_text("1\n")
+        self.real = real
+
+    def value(self) -> str:
+        return self.path.read_text().strip()
+
+
+async def test_usb_reauthorize_writes_0_then_1_to_the_configured_device(
+        tmp_path: Path) -> None:
+    dev = Authorized(tmp_path, "1-1")
+    config = loads('[uplink]\ninterfaces = ["wwan0"]\n[remediation.uplink]\n'
+                   'usb_device = "1-1"\n')
+    rung = UsbReauthorize(config, sysfs=tmp_path, settle=0.2)
+    assert (await rung.probe()).usable
+    task = asyncio.create_task(rung.restart())
+    await asyncio.sleep(0.1)
+    assert dev.value() == "0"  # de-authorized while the drivers unbind
+    outcome = await task
+    assert dev.value() == "1"
+    assert outcome.target == "usb 1-1"
+
+
+async def test_usb_reauthorize_modem_follows_modemmanagers_device_path(
+        tmp_path: Path) -> None:
+    dev = Authorized(tmp_path, "2-1.4")
+
+    class Manager:
+        async def modems(self) -> tuple[object, ...]:
+            import dataclasses  # noqa: PLC0415
+
+            from tests.uplink.test_check import modem  # noqa: PLC0415
+
+            return (dataclasses.replace(
+                modem(), device="/sys/" + str(dev.real.relative_to(tmp_path))),)
+
+    config = loads('[uplink]\ninterfaces = ["wwan0"]\n[remediation.uplink]\n'
+                   'usb_device = "modem"\n')
+    rung = UsbReauthorize(config, sysfs=tmp_path, modem_manager=Manager(), settle=0.05)
+    await rung.restart()
+    assert dev.value() == "1"
+
+
+@pytest.mark.parametrize(("name", "why"), [("1-9", "no 'authorized'"),
+                                            ("usb1", "not a USB device")])
+async def test_usb_reauthorize_refuses_what_is_not_a_configured_usb_device(
+        tmp_path: Path, name: str, why: str) -> None:
+    hub = tmp_path / "bus" / "usb" / "devices" / "usb1"
+    hub.mkdir(parents=True)
+    (hub / "authorized").write_text("1\n")
+    rung = UsbReauthorize(loads(f'[remediation.uplink]\nusb_device = "{name}"\n')
+                          if name != "usb1" else loads("[remediation.uplink]\n"),
+                          sysfs=tmp_path)
+    rung.device = name
+    availability = await rung.probe()
+    assert not availability.usable
+    assert why in availability.why
+    with pytest.raises(RemedyError):
+        await rung.restart()
+    assert (hub / "authorized").read_text() == "1\n"  # the root hub was never touched
+
+
+def test_usb_device_is_validated_and_off_by_default() -> None:
+    assert loads("").remediation.uplink.usb_device == ""
+    with pytest.raises(ConfigError, match=r"remediation\.uplink\.usb_device"):
+        validation.loads('[remediation.uplink]\nusb_device = "usb1"\n')
+    with pytest.raises(ConfigError, match=r"remediation\.uplink\.usb_device"):
+        validation.loads('[remediation.uplink]\nusb_device = "../../power"\n')
+
+
+# --- reboot through a logind stand-in ---------------------------------------------------
+
+async def test_reboot_calls_logind_reboot_non_interactively(sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=LOGIND_POLICY)
+    async with FakeLogind(bus.address) as logind:
+        rung = Reboot(bus_address=bus.address)
+        availability = await rung.probe()
+        assert availability.usable, availability.why
+        outcome = await rung.restart()
+        assert outcome.target == "node"
+        assert logind.reboots == [False]
+
+
+async def test_reboot_denied_by_the_bus_is_a_config_problem(sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=LOGIND_POLICY + DENY_REBOOT)
+    async with FakeLogind(bus.address) as logind:
+        with pytest.raises(RemedyError) as err:
+            await Reboot(bus_address=bus.address).restart()
+        assert err.value.config_problem
+        assert "AccessDenied" in str(err.value)
+        assert logind.reboots == []
+
+
+async def test_reboot_is_not_usable_without_logind_or_when_it_says_no(
+        sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=LOGIND_POLICY)
+    assert not (await Reboot(bus_address=bus.address).probe()).usable
+    async with FakeLogind(bus.address, can_reboot="na"):
+        availability = await Reboot(bus_address=bus.address).probe()
+        assert not availability.usable
+        assert "na" in availability.why
+
+
+# --- modem-reconnect through the stand-in ModemManager ----------------------------------
+
+async def test_modem_reconnect_renews_the_session_with_the_bearers_own_settings(
+        sandbox: Sandbox, caplog: pytest.LogCaptureFixture) -> None:
+    bus = start_system_bus(sandbox, policy=BUS_POLICY + LOGIND_POLICY)
+    mm = FakeModemManager(bus.address)
+    mm.add_modem("/sys/devices/usb1/1-1", "wwan0", apn="iot.example", user="u",
+                 password=SECRET)
+    async with mm:
+        config = loads(f'[uplink]\ninterfaces = ["wwan*"]\ndbus_address = "{bus.address}"\n')
+        rung = ModemReconnect(config)
+        try:
+            availability = await rung.probe()
+            assert availability.usable, availability.why
+            outcome = await rung.restart()
+        finally:
+            await rung.close()
+        assert [c[0] for c in mm.calls] == ["Disconnect", "Connect"]
+        assert mm.connects[-1]["apn"] == "iot.example"
+        assert mm.connects[-1]["password"] == SECRET  # the operator's own settings
+        assert "Modem/0" in outcome.target
+        assert SECRET not in caplog.text + outcome.target + availability.why
+
+
+async def test_modem_reconnect_does_not_fight_networkmanager(sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=BUS_POLICY + LOGIND_POLICY)
+    mm = FakeModemManager(bus.address)
+    mm.add_modem("/sys/devices/usb1/1-1", "wwan0")
+    async with mm, FakeNetworkManager(bus.address, devices={"wwan0": True}):
+        config = loads(f'[uplink]\ninterfaces = ["wwan0"]\ndbus_address = "{bus.address}"\n')
+        rung = ModemReconnect(config)
+        try:
+            availability = await rung.probe()
+            assert not availability.usable
+            assert "NetworkManager manages wwan0" in availability.why
+            with pytest.raises(RemedyError, match="NetworkManager"):
+                await rung.restart()
+        finally:
+            await rung.close()
+        assert mm.calls == []  # nothing was done behind NetworkManager's back
+
+
+async def test_modem_reconnect_goes_ahead_when_networkmanager_leaves_the_modem_alone(
+        sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=BUS_POLICY + LOGIND_POLICY)
+    mm = FakeModemManager(bus.address)
+    mm.add_modem("/sys/devices/usb1/1-1", "wwan0")
+    async with mm, FakeNetworkManager(bus.address, devices={"eth0": True, "wwan0": False}):
+        config = loads(f'[uplink]\ninterfaces = ["wwan0"]\ndbus_address = "{bus.address}"\n')
+        rung = ModemReconnect(config)
+        try:
+            assert (await rung.probe()).usable
+            await rung.restart()
+        finally:
+            await rung.close()
+        assert [c[0] for c in mm.calls] == ["Disconnect", "Connect"]
+
+
+async def test_modem_reconnect_without_modemmanager_is_not_usable(sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=BUS_POLICY)
+    config = loads(f'[uplink]\ninterfaces = ["wwan0"]\ndbus_address = "{bus.address}"\n')
+    rung = ModemReconnect(config)
+    try:
+        availability = await rung.probe()
+    finally:
+        await rung.close()
+    assert not availability.usable
+    assert "ModemManager" in availability.why
