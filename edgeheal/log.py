@@ -130,6 +130,8 @@ class RepeatFilter(logging.Filter):
         return ended
 
     def _report(self, ended: list[tuple[tuple[str, int, str], _Window]]) -> None:
+        if getattr(getattr(self.handler, "stream", None), "closed", False):
+            return  # stderr is gone (a test's captured stream at exit): nowhere to say it
         for (name, level, template), win in ended:
             if not win.suppressed:
                 continue

@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "uplink"
+REASONS = ("ok", "stuck", "no_coverage", "no_address", "no_route", "link_down", "silent",
+           "modem_not_ready")
+"""Every reason the verdict gives (``edgeheal_check_reason``'s closed table)."""
 REGISTERED = frozenset({"home", "roaming"})
 """3GPP registration states with service."""
 NOT_READY = frozenset({"failed", "unknown", "initializing", "locked", "disabled",
@@ -273,4 +276,4 @@ KINDS: dict[str, Kind] = {
 }
 
 register(Registration(NAME, _build, names=_names, doc=__doc__ or "", kinds=KINDS,
-                      alert=_alert, validate=_validate))
+                      alert=_alert, validate=_validate, reasons=REASONS))

@@ -53,7 +53,6 @@ from edgeheal.remediation.reporting import NodeReporter
 from edgeheal.remedies import Remedy, RemedyError
 
 if TYPE_CHECKING:
-
     from edgeheal.kube import KubeClient
 
 log = logging.getLogger(__name__)
