@@ -195,6 +195,17 @@ def held(history: History, now: float, failure: str,
     return None
 
 
+def may_close(now: float, started_mono: float, limits: Limits) -> bool:
+    """Whether a healthy reading may close the circuit and clear the streak: not within
+    ``startup_grace`` of the agent's own start. A check's first readings after the agent
+    was restarted (kill -9 mid-attempt, a crash) are no evidence of a cure: the WireGuard
+    check's first reading of a device with a young handshake says ``ok`` (one reading
+    shows no stall), the uplink check counts its start as traffic. Closing on them would
+    clear the streak and allow attempts beyond ``give_up_after``. Nothing else waits: a
+    healthy reading never acts, it only keeps the streak until the grace is over."""
+    return now - started_mono >= limits.startup_grace
+
+
 def throttled(history: History, now: float, failure: str, limits: Limits, *,
               started_mono: float, booted_mono: float,
               wording: Wording = FLANNEL) -> Action | None:

@@ -207,7 +207,8 @@ def decide(view: TunnelView, history: History, now: float,
            settings: RemediationSettings) -> list[Action]:
     """The decision. Pure: same inputs, same answer; no I/O, no clock."""
     if view.healthy:
-        if history.circuit_open or history.failures_in_row:
+        if (history.circuit_open or history.failures_in_row) and ladder.may_close(
+                now, view.started_mono, Limits.of(settings)):
             return [Action("close_circuit", "tunnel_healthy",
                            "the tunnel is healthy again: circuit closed, streak cleared")]
         return []

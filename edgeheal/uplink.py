@@ -109,7 +109,8 @@ def decide(view: UplinkView, history: History, now: float,
            settings: UplinkLadderSettings) -> list[Action]:
     """The decision. Pure: same inputs, same answer; no I/O, no clock."""
     if view.uplink is State.OK:
-        if history.circuit_open or history.failures_in_row:
+        if (history.circuit_open or history.failures_in_row) and ladder.may_close(
+                now, view.started_mono, Limits.of(settings)):
             return [Action("close_circuit", "uplink_healthy",
                            "the uplink is ok again: circuit closed, streak cleared")]
         return []
