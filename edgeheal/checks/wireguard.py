@@ -112,6 +112,10 @@ stays suspect."""
 HASTEN_MAX = 6
 """Requests per suspicion episode (the first included): 30 s of quick confirmations, then
 the targets' own intervals (and their own re-probing while they fail) take over."""
+LEARN_RETRY = 10.0
+"""Seconds before the route lookup for an endpoint whose source address is still unknown
+is tried again (the first found no route, as when the agent starts before the modem's
+data session, or failed): without the source a later address loss reads as ``no_route``."""
 UPLINK_GONE = frozenset({"no_address", "no_route", "link_down"})
 """Egress causes that make a busy tunnel's sudden silence a suspicion (``uplink_gone``)."""
 HASTEN_VERDICTS = frozenset({"no_peers", "interface_missing", "dead", "stalled",
@@ -218,9 +222,10 @@ class WireguardCheck:
                  egress: Egress | None = None) -> None:
         self.ctx = ctx
         self._egress = egress or Egress()
-        self._sources: dict[tuple[str, str], tuple[str | None, str | None]] = {}
-        """(interface, peer) -> (endpoint, the source address the kernel chose for it),
-        learned once per endpoint: the evidence for ``no_address`` later."""
+        self._sources: dict[tuple[str, str], tuple[str | None, str | None, float]] = {}
+        """(interface, peer) -> (endpoint, the source address the kernel chose for it, when
+        asked), learned once per endpoint (retried while unknown): the evidence for
+        ``no_address`` later."""
         self._suspect_since: float | None = None
         self._hastened: tuple[float, int] = (0.0, 0)
         self._verdict = False
@@ -392,13 +397,15 @@ class WireguardCheck:
 
     async def _learn(self, key: tuple[str, str], endpoint: str | None) -> None:
         """Remember the source address for a new endpoint (one route lookup per endpoint,
-        none in the steady state)."""
+        none in the steady state; every :data:`LEARN_RETRY` seconds while unknown)."""
         known = self._sources.get(key)
-        if known is not None and known[0] == endpoint:
+        now = self.ctx.clock()
+        if known is not None and known[0] == endpoint and (
+                known[1] is not None or now - known[2] < LEARN_RETRY):
             return
         address = endpoint_address(endpoint)
         source = await self._egress.learn(address) if address is not None else None
-        self._sources[key] = (endpoint, source)
+        self._sources[key] = (endpoint, source, now)
 
     async def _uplink_gone(self, key: tuple[str, str], endpoint: str | None,
                            hist: PeerHistory) -> tuple[str, str] | None:

@@ -25,9 +25,10 @@ cause           meaning
 ==============  ==========================================================================
 
 Cost: nothing in the healthy steady state. :meth:`Egress.learn` asks for one route per
-(peer, endpoint) when the check first sees it, to remember the source address the kernel
-picks (the evidence for ``no_address`` once the address and the routes through it are
-gone); :meth:`Egress.diagnose` runs only for a peer that is already ``send_failing``. The
+(peer, endpoint) when the check first sees it (again every 10 s while that found no
+source), to remember the source address the kernel picks (the evidence for
+``no_address`` once the address and the routes through it are gone);
+:meth:`Egress.diagnose` runs only for a peer that is already ``send_failing``. The
 pyroute2 module is the one the offload enforcer's link listener already imports
 (:mod:`edgeheal.links`), so with the enforcer on it adds no memory. No subprocess.
 

@@ -46,7 +46,7 @@ from edgeheal.lab import nspawn
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 PACKAGES = ("linux-image-amd64", "python3", "wireguard-tools", "iproute2", "ethtool", "udev",
-            "nftables", "kmod", "iputils-ping")
+            "nftables", "kmod", "iputils-ping", "mosquitto")
 FORMAT = 1
 """Bump when the image's layout or the init scripts below change."""
 BOOT_MODULES = ("virtio", "virtio_ring", "virtio_pci_legacy_dev", "virtio_pci_modern_dev",

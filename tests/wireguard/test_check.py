@@ -377,6 +377,31 @@ async def test_a_send_failure_names_its_cause_in_the_result_and_the_peer_row() -
     ) == ("wireguard.send_failing", "wireguard.recovered")
 
 
+async def test_a_source_address_not_learned_at_first_is_learned_later() -> None:
+    """The first route lookup found nothing (seen in the QEMU bed under load; in the field,
+    an agent that starts before the modem's data session): asked again after LEARN_RETRY,
+    not every run, so a later address loss still reads as ``no_address``."""
+    check, reader, clock, egress, _ = with_egress(cause="no_address")
+    answers = iter([None, None])
+    real = egress.learn
+
+    async def learn(address: object) -> str | None:
+        found = next(answers, "unused")
+        return await real(address) if found == "unused" else None
+
+    egress.learn = learn  # type: ignore[method-assign]
+    for i in range(8):  # 35 s healthy, a run every 5 s
+        reader.devices["flannel-wg"] = counters(clock, rx=1000 + 32 * i, tx=1000 + 32 * i)
+        assert (await check.run()).reason == "ok"
+        clock.advance(5)
+    # two lookups failed (one per endpoint), then one each succeeded: not one per run
+    assert sorted(egress.learned) == ["198.51.100.1", "203.0.113.2"]
+    clock.advance(31)  # then nothing moves either way: a send failure
+    result = await check.run()
+    assert result.reason == "send_failing"
+    assert ("198.51.100.1", "192.0.2.10") in egress.diagnosed
+
+
 async def test_a_suspect_peer_hastens_the_tunnel_targets_once_then_every_few_seconds() -> None:
     toml = TOML + '[[mqtt.targets]]\nname = "cloud2"\nhost = "10.42.0.18"\npath = "tunnel"\n'
     check, reader, clock, _, hastened = with_egress(toml)

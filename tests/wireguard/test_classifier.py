@@ -418,3 +418,49 @@ def test_a_busy_tunnel_falling_silent_at_once_is_a_question_for_the_kernel() -> 
                         Step(20, "ok")]) == [False] * 7
     # an idle tunnel (keepalives only) never asks
     assert quiet_flags([*healthy(20, every=2.0)]) == [False] * 20
+
+
+@pytest.mark.parametrize(("before", "after"), [(5_000_000, 220), (2**64 - 40, 300)],
+                         ids=["re-created between two readings", "u64 wrap"])
+def test_counters_that_go_backwards_restart_the_windows_and_never_alarm(
+        before: int, after: int) -> None:
+    """A peer's kernel counters start again from 0 when the device or the peer is
+    re-created between two readings (seen in the QEMU bed: a re-created kernel device had
+    handshaked again before the next run), and a u64 counter wraps after 16 EiB (which no
+    test can produce live): both read as a reset, never as a negative delta, a stall or a
+    send failure; the windows restart and still judge what follows."""
+    clock = Clock()
+    hist = None
+    seen = []
+
+    def read(rx: int, tx: int, *, new_handshake: bool = False) -> None:
+        nonlocal hist, handshake
+        if new_handshake:
+            handshake = wall(clock)
+        peer = PeerStats(public_key=KEY, endpoint="10.0.0.2:51820", allowed_ips=(),
+                         last_handshake=handshake, rx_bytes=rx, tx_bytes=tx,
+                         persistent_keepalive=25)
+        hist = observe(hist, peer, now=clock.now, wall=wall(clock))
+        assert hist.rx - hist.rx_at_tx_growth >= 0
+        assert hist.tx - hist.tx_at_rx_growth >= 0
+        assert hist.tx - hist.tx_at_handshake >= 0
+        seen.append(classify(hist, clock.now, thresholds(AUTO, 25))[0])
+
+    handshake = wall(clock)
+    read(before, before)
+    clock.advance(5)
+    read(before + 32, before + 32)
+    clock.advance(5)
+    read(after, after, new_handshake=True)  # re-created (or wrapped) and handshaked again
+    rx = tx = after
+    for _ in range(20):  # keepalives both ways: healthy
+        clock.advance(5)
+        rx, tx = rx + 32, tx + 32
+        read(rx, tx)
+    assert set(seen) == {"ok"}
+    for _ in range(14):  # then only ours leave: a stall, judged on the restarted windows
+        clock.advance(5)
+        tx += 32
+        read(rx, tx)
+    assert seen[-1] == "stalled"
+    assert "send_failing" not in seen
