@@ -20,7 +20,8 @@ act on a degraded tunnel. Which remedies exist is not the policy's business: the
 The ladder (first matching rule wins):
 
 1. the tunnel is healthy (WireGuard ``ok`` and no tunnel-path MQTT target failing):
-   nothing to do; if the circuit is open or earlier restarts did not cure, ``close_circuit``.
+   nothing to do; if the circuit is open or earlier restarts did not cure, ``close_circuit``
+   (not within ``startup_grace`` of the agent's start: :func:`edgeheal.ladder.may_close`).
 2. ``degraded`` tunnel (``rekey_failing``): ``watch``, never a restart. The session still
    carries traffic and the incident's cause (TX checksum offload) is cured by the offload
    enforcer alone; the action records the offload check's state.
