@@ -29,26 +29,23 @@ bus policy and then authorized by polkit action ``org.freedesktop.ModemManager1.
 (``systemd/49-edgeheal-uplink.rules`` grants it to user ``edgeheal``); a refusal is a
 :class:`ModemError` with ``reason == "denied"``.
 
-dbus-fast is imported only inside the methods (the agent's memory budget is tight and a node
-without ModemManager never pays for it). One connection is kept between calls and dropped
-on any transport error, so a restarted dbus-daemon or ModemManager costs one failed read.
+The bus is :mod:`edgeheal.dbus` (which imports dbus-fast only when used: the agent's memory
+budget is tight and a node without ModemManager never pays for it); its errors map into
+:class:`ModemError` reasons here. One connection is kept between calls and dropped on any
+transport error, so a restarted dbus-daemon or ModemManager costs one failed read.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
 import re
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-if TYPE_CHECKING:
-    from dbus_fast import Message
-    from dbus_fast.aio import MessageBus
+from edgeheal.dbus import NO_LIBRARY, Bus, BusError, open_bus, system_address
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +61,6 @@ OBJECT_MANAGER_IFACE = "org.freedesktop.DBus.ObjectManager"
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 DEVICE_CONTROL_ACTION = "org.freedesktop.ModemManager1.Device.Control"
 """The polkit action ModemManager checks for ``Simple.Connect``/``Disconnect``."""
-
-DEFAULT_BUS_ADDRESS = "unix:path=/run/dbus/system_bus_socket"
-BUS_ENV = "DBUS_SYSTEM_BUS_ADDRESS"
 
 MAX_MODEMS = 8
 MAX_BEARERS = 8
@@ -92,20 +86,6 @@ REGISTRATION_STATES = {
 """MMModem3gppRegistrationState -> the name mmcli prints; a later value reads "unknown"."""
 
 _PATH = re.compile(r"/[A-Za-z0-9_/]*")
-_DENIED = frozenset({
-    "org.freedesktop.DBus.Error.AccessDenied",
-    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
-    "org.freedesktop.ModemManager1.Error.Core.Unauthorized",
-})
-_ABSENT = frozenset({
-    "org.freedesktop.DBus.Error.ServiceUnknown",
-    "org.freedesktop.DBus.Error.NameHasNoOwner",
-})
-_GONE = frozenset({
-    "org.freedesktop.DBus.Error.UnknownObject",
-    "org.freedesktop.DBus.Error.UnknownMethod",
-    "org.freedesktop.DBus.Error.UnknownInterface",
-})
 
 
 class ModemError(Exception):
@@ -162,10 +142,10 @@ class ModemManager:
         ``Simple.Connect`` waits for the network (ModemManager's own limit is minutes)."""
         if timeout <= 0 or connect_timeout <= 0:
             raise ValueError("ModemManager timeouts must be greater than zero")
-        self.bus_address = bus_address or os.environ.get(BUS_ENV) or DEFAULT_BUS_ADDRESS
+        self.bus_address = system_address(bus_address)
         self.timeout = timeout
         self.connect_timeout = connect_timeout
-        self._bus: MessageBus | None = None
+        self._bus: Bus | None = None
 
     # --- public -------------------------------------------------------------------------
 
@@ -219,76 +199,51 @@ class ModemManager:
 
     # --- the bus ------------------------------------------------------------------------
 
-    async def _connect(self) -> MessageBus:
+    async def _connect(self) -> Bus:
         if self._bus is not None and self._bus.connected:
             return self._bus
         await self._drop()
         try:
-            from dbus_fast import BusType, DBusFastError  # noqa: PLC0415
-            from dbus_fast.aio import MessageBus  # noqa: PLC0415
-        except ImportError as err:
-            raise ModemError("reading ModemManager needs dbus-fast, which is not installed "
-                             "(install edgeheal[dbus])", reason="absent") from err
-        try:
-            bus = MessageBus(bus_address=self.bus_address, bus_type=BusType.SYSTEM,
-                             auth_timeout=self.timeout)
-        except (DBusFastError, ValueError) as err:
-            raise ModemError(f"not a usable D-Bus address: {self.bus_address}: {err}",
-                             reason="absent") from err
-        try:
-            await bus.connect()
-        except (OSError, EOFError, DBusFastError, ValueError) as err:
-            with contextlib.suppress(Exception):
-                bus.disconnect()
-            raise ModemError(f"cannot connect to the D-Bus system bus at {self.bus_address}: "
-                             f"{err or type(err).__name__}", reason="absent") from err
-        self._bus = bus
-        return bus
+            # bounded by the caller's timeout (a read's or a reconnect's), as the calls are
+            self._bus = await open_bus(self.bus_address, limit=None,
+                                       auth_timeout=self.timeout)
+        except BusError as err:
+            prefix = "reading ModemManager " if err.name == NO_LIBRARY else ""
+            raise ModemError(f"{prefix}{err}", reason="absent") from err
+        return self._bus
 
     async def _drop(self) -> None:
         bus, self._bus = self._bus, None
-        if bus is None:
-            return
-        with contextlib.suppress(Exception):
-            bus.disconnect()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(bus.wait_for_disconnect(), 2.0)  # type: ignore[no-untyped-call]
+        if bus is not None:
+            await bus.close()
 
     async def _call(self, path: str, interface: str, member: str, signature: str = "",
                     body: list[Any] | None = None, *, signature_out: str = "") -> list[Any]:
-        from dbus_fast import DBusFastError, Message, MessageType  # noqa: PLC0415
-
         bus = await self._connect()
-        what = f"{interface.rsplit('.', 1)[-1]}.{member}"
-        msg = Message(destination=SERVICE, path=path, interface=interface, member=member,
-                      signature=signature, body=body or [])
         try:
-            # typed as always a Message; dbus-fast answers None when the bus went away
-            reply = cast("Message | None", await bus.call(msg))
-        except (OSError, EOFError, DBusFastError) as err:
+            return await bus.call(SERVICE, path, interface, member, signature, body or [],
+                                  limit=None, returns=signature_out)
+        except BusError as err:
+            raise await self._error(err, path) from err
+
+    async def _error(self, err: BusError, path: str) -> ModemError:
+        """``err`` as a ModemError: its kind is the reason, in ModemManager's words."""
+        what, name = err.call, err.name
+        if err.kind == "disconnected":
             await self._drop()
-            raise ModemError(f"{what}: lost the bus at {self.bus_address}: "
-                             f"{err or type(err).__name__}", reason="absent") from err
-        if reply is None:
-            await self._drop()
-            raise ModemError(f"{what}: lost the bus at {self.bus_address}", reason="absent")
-        if reply.message_type is MessageType.ERROR:
-            name = reply.error_name or "unknown"
-            text = str(reply.body[0])[:200] if reply.body else ""
-            if name in _ABSENT:
-                raise ModemError(f"ModemManager ({SERVICE}) is not running on the bus at "
-                                 f"{self.bus_address} ({what}: {name})", reason="absent")
-            if name in _DENIED:
-                raise ModemError(f"{what} on {path} was refused ({name}): allow polkit "
-                                 f"action {DEVICE_CONTROL_ACTION} to this user "
-                                 "(systemd/49-edgeheal-uplink.rules) or fix the bus policy",
-                                 reason="denied")
-            raise ModemError(f"{what} on {path} failed: {name}: {text}",
-                             reason="gone" if name in _GONE else "failed")
-        if reply.signature != signature_out:
-            raise ModemError(f"{what} on {path}: reply of type {reply.signature!r}, "
-                             f"expected {signature_out!r}", reason="malformed")
-        return list(reply.body)
+            return ModemError(str(err), reason="absent")
+        if err.kind == "absent":
+            return ModemError(f"ModemManager ({SERVICE}) is not running on the bus at "
+                              f"{self.bus_address} ({what}: {name})", reason="absent")
+        if err.kind == "denied":
+            return ModemError(f"{what} on {path} was refused ({name}): allow polkit "
+                              f"action {DEVICE_CONTROL_ACTION} to this user "
+                              "(systemd/49-edgeheal-uplink.rules) or fix the bus policy",
+                              reason="denied")
+        if err.kind == "malformed":
+            return ModemError(f"{what} on {path}: {err.detail}", reason="malformed")
+        return ModemError(f"{what} on {path} failed: {name}: {err.detail[:200]}",
+                          reason="gone" if err.kind == "gone" else "failed")
 
     # --- parsing ------------------------------------------------------------------------
 

@@ -37,14 +37,13 @@ Lab code: it imports dbus-fast at the top; the agent never imports it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from dbus_fast import BusType, DBusError, Message, MessageType, PropertyAccess, RequestNameReply
+from dbus_fast import DBusError, Message, MessageType, PropertyAccess
 from dbus_fast import Variant as V
 from dbus_fast.aio import MessageBus
 from dbus_fast.annotations import (
@@ -58,7 +57,7 @@ from dbus_fast.annotations import (
 )
 from dbus_fast.service import ServiceInterface, dbus_method, dbus_property, dbus_signal
 
-from edgeheal.lab.netns import LabError
+from edgeheal.lab.standin import BusStandIn
 from edgeheal.modem import (
     BEARER_IFACE,
     BEARER_PREFIX,
@@ -238,10 +237,11 @@ class _Bearer(ServiceInterface):
 
 
 @dataclass
-class FakeModemManager:
+class FakeModemManager(BusStandIn):
     """The stand-in ``org.freedesktop.ModemManager1``. Use ``async with`` (or start/close);
     change the modems only through the methods below, which emit what ModemManager emits."""
 
+    SERVICE = SERVICE
     address: str
     modems: list[FakeModem] = field(default_factory=list)
     on_connect: Hook | None = None
@@ -254,39 +254,13 @@ class FakeModemManager:
     """Every Simple call: (method, modem path)."""
     connects: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The properties (plain values) of every Simple.Connect accepted."""
-    _bus: MessageBus | None = None
     _ifaces: dict[str, dict[str, ServiceInterface]] = field(default_factory=dict)
     _bearers: int = 0
 
-    async def start(self) -> FakeModemManager:
-        try:
-            self._bus = await MessageBus(bus_address=self.address,
-                                         bus_type=BusType.SYSTEM).connect()
-            self._bus.add_message_handler(self._object_manager)
-            for modem in self.modems:
-                self._export(modem)
-            reply = await self._bus.request_name(SERVICE)
-            if reply is not RequestNameReply.PRIMARY_OWNER:
-                raise LabError(f"could not own {SERVICE} on {self.address}: {reply}")
-        except BaseException:
-            await self.close()
-            raise
-        return self
-
-    async def close(self) -> None:
-        if self._bus is not None:
-            with contextlib.suppress(Exception):
-                self._bus.disconnect()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    self._bus.wait_for_disconnect(), 5.0)  # type: ignore[no-untyped-call]
-            self._bus = None
-
-    async def __aenter__(self) -> FakeModemManager:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    def _serve(self, bus: MessageBus) -> None:
+        bus.add_message_handler(self._object_manager)
+        for modem in self.modems:
+            self._export(modem)
 
     # --- building -----------------------------------------------------------------------
 
@@ -396,10 +370,6 @@ class FakeModemManager:
         iface = self._ifaces.get(path, {}).get(interface)
         if iface is not None and self._connected:
             iface.emit_properties_changed(values)
-
-    @property
-    def _connected(self) -> bool:
-        return self._bus is not None and self._bus.connected
 
     # --- Simple ---------------------------------------------------------------------------
 

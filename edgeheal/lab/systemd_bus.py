@@ -44,12 +44,13 @@ from pathlib import Path
 from typing import Annotated, Any
 from xml.sax.saxutils import quoteattr
 
-from dbus_fast import BusType, DBusError, ErrorType, PropertyAccess, RequestNameReply
+from dbus_fast import DBusError, ErrorType, PropertyAccess
 from dbus_fast.aio import MessageBus
 from dbus_fast.annotations import DBusObjectPath, DBusSignature, DBusStr
 from dbus_fast.service import ServiceInterface, dbus_method, dbus_property, dbus_signal
 
 from edgeheal.lab.netns import LabError, Sandbox, require_programs
+from edgeheal.lab.standin import BusStandIn
 
 log = logging.getLogger(__name__)
 
@@ -250,9 +251,10 @@ class _Manager(ServiceInterface):
 
 
 @dataclass
-class FakeSystemd:
+class FakeSystemd(BusStandIn):
     """The stand-in ``org.freedesktop.systemd1``. Use ``async with`` (or start/close)."""
 
+    SERVICE = SYSTEMD
     address: str
     units: dict[str, FakeUnit] = field(default_factory=dict)
     behaviour: Behaviour = Behaviour.SUCCESS
@@ -264,7 +266,6 @@ class FakeSystemd:
     restarts: list[str] = field(default_factory=list)
     """Units whose restart job was accepted."""
     subscribers: int = 0
-    _bus: MessageBus | None = None
     _manager: _Manager | None = None
     _objects: dict[str, _UnitObject] = field(default_factory=dict)
     _jobs: int = 0
@@ -279,42 +280,19 @@ class FakeSystemd:
                                         "running" if state == "active" else "dead")
         return fake
 
-    async def start(self) -> FakeSystemd:
-        """Connect, export the Manager and the units, own ``org.freedesktop.systemd1``."""
-        try:
-            self._bus = await MessageBus(bus_address=self.address,
-                                         bus_type=BusType.SYSTEM).connect()
-            self._manager = _Manager(self)
-            self._bus.export(MANAGER_PATH, self._manager)
-            for unit in list(self.units.values()):
-                self._export(unit)
-            reply = await self._bus.request_name(SYSTEMD)
-            if reply is not RequestNameReply.PRIMARY_OWNER:
-                raise LabError(f"could not own {SYSTEMD} on {self.address}: {reply}")
-        except BaseException:
-            await self.close()
-            raise
-        return self
+    def _serve(self, bus: MessageBus) -> None:
+        """Export the Manager and the units (then the base owns ``org.freedesktop.systemd1``)."""
+        self._manager = _Manager(self)
+        bus.export(MANAGER_PATH, self._manager)
+        for unit in list(self.units.values()):
+            self._export(unit)
 
-    async def close(self) -> None:
+    async def _stop(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._bus is not None:
-            with contextlib.suppress(Exception):
-                self._bus.disconnect()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    self._bus.wait_for_disconnect(), 5.0)  # type: ignore[no-untyped-call]
-            self._bus = None
-
-    async def __aenter__(self) -> FakeSystemd:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def add_unit(self, unit: FakeUnit) -> None:
         self.units[unit.name] = unit
@@ -377,7 +355,3 @@ class FakeSystemd:
             self.set_state(name, "active", "running")
         if self.subscribers and self._manager is not None and self._connected:
             self._manager.JobRemoved(job_id, job, name, result)
-
-    @property
-    def _connected(self) -> bool:
-        return self._bus is not None and self._bus.connected

@@ -31,9 +31,9 @@ reports ``not-found`` for a unit without a file); if both are loaded, the active
 that is still ambiguous, the remedy is not usable and says to set ``unit``.
 
 The bus is the system bus (``$DBUS_SYSTEM_BUS_ADDRESS`` or
-``unix:path=/run/dbus/system_bus_socket``; tests pass their own address). One connection
-per probe or restart: remedies are rare, and a fresh connection survives a restarted
-dbus-daemon. dbus-fast is imported only here, only when used.
+``unix:path=/run/dbus/system_bus_socket``; tests pass their own address), reached through
+:mod:`edgeheal.dbus` (which imports dbus-fast only when used). One connection per probe or
+restart: remedies are rare, and a fresh connection survives a restarted dbus-daemon.
 
 Registered (at the bottom) as mode ``k3s-service``: it owns the ``[remediation.service]``
 rules (only a K3s unit, :data:`K3S_UNIT_PATTERN`), and one restart may take
@@ -52,6 +52,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.dbus import (
+    DBUS,
+    DBUS_PATH,
+    NO_LIBRARY,
+    PROPERTIES,
+    Bus,
+    BusError,
+    open_bus,
+    system_address,
+)
 from edgeheal.remedies import (
     Availability,
     Needs,
@@ -63,14 +73,11 @@ from edgeheal.remedies import (
 
 if TYPE_CHECKING:
     from dbus_fast import Message
-    from dbus_fast.aio import MessageBus
 
     from edgeheal.config import Config, ServiceSettings
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUS_ADDRESS = "unix:path=/run/dbus/system_bus_socket"
-BUS_ENV = "DBUS_SYSTEM_BUS_ADDRESS"
 AUTO_UNITS = ("k3s-agent.service", "k3s.service")
 """What ``unit = "auto"`` looks for: an agent's unit first, then a server's."""
 POLKIT_RULE = "/etc/polkit-1/rules.d/50-edgeheal-k3s-restart.rules"
@@ -83,32 +90,11 @@ SYSTEMD = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"
 MANAGER_IFACE = "org.freedesktop.systemd1.Manager"
 UNIT_IFACE = "org.freedesktop.systemd1.Unit"
-PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
-DBUS = "org.freedesktop.DBus"
 
-CALL_TIMEOUT = 10.0
-"""Seconds one D-Bus call may take (systemd answers in milliseconds unless it is stuck)."""
 REREAD_INTERVAL = 1.0
 """While waiting, re-read state this often even without a signal (a lost signal costs 1 s)."""
 
-_DENIED = frozenset({
-    "org.freedesktop.DBus.Error.AccessDenied",
-    "org.freedesktop.DBus.Error.InteractiveAuthorizationRequired",
-})
-_NOT_THERE = frozenset({
-    "org.freedesktop.DBus.Error.ServiceUnknown",
-    "org.freedesktop.DBus.Error.NameHasNoOwner",
-})
 NO_SUCH_UNIT = "org.freedesktop.systemd1.NoSuchUnit"
-
-
-class BusError(Exception):
-    """A D-Bus call failed: ``name`` is the D-Bus error name (or a local one such as
-    ``timeout``/``disconnected``), the message says which call."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,53 +105,21 @@ class UnitState:
     active_state: str
 
 
-class _Bus:
-    """One connection to the system bus and the few calls the remedy makes."""
+class _Systemd:
+    """The few calls the remedy makes to systemd, on one connection."""
 
-    def __init__(self, bus: MessageBus, address: str) -> None:
-        self.bus, self.address = bus, address
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
 
-    async def call(self, destination: str, path: str, interface: str, member: str, *,
-                   signature: str = "", body: list[Any] | None = None) -> list[Any]:
-        from dbus_fast import DBusFastError, Message, MessageType  # noqa: PLC0415
-
-        msg = Message(destination=destination, path=path, interface=interface, member=member,
-                      signature=signature, body=body or [])
-        what = f"{interface.rsplit('.', 1)[-1]}.{member}"
-        if not self.bus.connected:  # sending on a dead connection only leaves stray errors
-            raise BusError("disconnected", f"{what}: lost the bus at {self.address}")
-        try:
-            reply = await asyncio.wait_for(self.bus.call(msg), CALL_TIMEOUT)
-        except TimeoutError as err:
-            raise BusError("timeout", f"{what}: no answer within {CALL_TIMEOUT:g}s") from err
-        except (OSError, EOFError, DBusFastError) as err:
-            raise BusError("disconnected", f"{what}: lost the bus at {self.address}: "
-                           f"{err or type(err).__name__}") from err
-        if reply is None:
-            raise BusError("disconnected", f"{what}: lost the bus at {self.address}")
-        if reply.message_type is MessageType.ERROR:
-            text = str(reply.body[0]) if reply.body else ""
-            raise BusError(reply.error_name or "unknown", f"{what}: {reply.error_name}: "
-                           f"{_short(text)}")
-        return list(reply.body)
-
-    async def systemd(self, member: str, signature: str = "",
+    async def manager(self, member: str, signature: str = "",
                       body: list[Any] | None = None) -> list[Any]:
-        return await self.call(SYSTEMD, MANAGER_PATH, MANAGER_IFACE, member,
-                               signature=signature, body=body)
+        return await self.bus.call(SYSTEMD, MANAGER_PATH, MANAGER_IFACE, member, signature,
+                                   body or [])
 
     async def unit_property(self, path: str, name: str) -> str:
-        (variant,) = await self.call(SYSTEMD, path, PROPERTIES_IFACE, "Get", signature="ss",
-                                     body=[UNIT_IFACE, name])
+        (variant,) = await self.bus.call(SYSTEMD, path, PROPERTIES, "Get", "ss",
+                                         [UNIT_IFACE, name])
         return str(variant.value)
-
-    async def add_match(self, rule: str) -> None:
-        await self.call(DBUS, "/org/freedesktop/DBus", DBUS, "AddMatch", signature="s",
-                        body=[rule])
-
-
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class K3sServiceRemedy:
@@ -175,7 +129,7 @@ class K3sServiceRemedy:
 
     def __init__(self, settings: ServiceSettings, *, bus_address: str | None = None) -> None:
         self.settings = settings
-        self.bus_address = bus_address or os.environ.get(BUS_ENV) or DEFAULT_BUS_ADDRESS
+        self.bus_address = system_address(bus_address)
 
     # --- the Remedy protocol ------------------------------------------------------------
 
@@ -201,50 +155,30 @@ class K3sServiceRemedy:
     # --- steps ---------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _connect(self) -> AsyncIterator[_Bus]:
+    async def _connect(self) -> AsyncIterator[_Systemd]:
         try:
-            from dbus_fast import BusType, DBusFastError  # noqa: PLC0415
-            from dbus_fast.aio import MessageBus  # noqa: PLC0415
-        except ImportError as err:
-            raise RemedyError("the k3s-service remedy needs dbus-fast, which is not "
-                              "installed (install edgeheal[dbus])", config_problem=True) from err
-
-        where = f"the D-Bus system bus at {self.bus_address}"
+            bus = await open_bus(self.bus_address)
+        except BusError as err:
+            if err.name == NO_LIBRARY:
+                raise RemedyError(f"the k3s-service remedy {err}", config_problem=True) \
+                    from err
+            raise RemedyError(str(err), config_problem=err.kind == "config") from err
         try:
-            raw = MessageBus(bus_address=self.bus_address, bus_type=BusType.SYSTEM,
-                             auth_timeout=CALL_TIMEOUT)
-        except (DBusFastError, ValueError) as err:
-            raise RemedyError(f"not a usable D-Bus address: {self.bus_address}: {err}",
-                              config_problem=True) from err
-        try:
-            await asyncio.wait_for(raw.connect(), CALL_TIMEOUT)
-        except (TimeoutError, OSError, DBusFastError, ValueError) as err:
-            with contextlib.suppress(Exception):
-                raw.disconnect()
-            if isinstance(err, TimeoutError):
-                raise RemedyError(f"{where} did not answer within {CALL_TIMEOUT:g}s") from err
-            raise RemedyError(f"cannot connect to {where}: {err}") from err
-        bus = _Bus(raw, self.bus_address)
-        try:
-            yield bus
+            yield _Systemd(bus)
         finally:
-            with contextlib.suppress(Exception):
-                raw.disconnect()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    raw.wait_for_disconnect(), 2.0)  # type: ignore[no-untyped-call]
+            await bus.close()
 
-    async def _unit_state(self, bus: _Bus, name: str) -> UnitState:
+    async def _unit_state(self, bus: _Systemd, name: str) -> UnitState:
         try:
-            (path,) = await bus.systemd("GetUnit", "s", [name])
+            (path,) = await bus.manager("GetUnit", "s", [name])
         except BusError as err:
             if err.name != NO_SUCH_UNIT:
                 raise
-            (path,) = await bus.systemd("LoadUnit", "s", [name])
+            (path,) = await bus.manager("LoadUnit", "s", [name])
         return UnitState(name, str(path), await bus.unit_property(path, "LoadState"),
                          await bus.unit_property(path, "ActiveState"))
 
-    async def _resolve(self, bus: _Bus) -> tuple[str | None, str]:
+    async def _resolve(self, bus: _Systemd) -> tuple[str | None, str]:
         """The unit to restart (or None) and why, for /status and the log."""
         configured = self.settings.unit
         names = AUTO_UNITS if configured == "auto" else (configured,)
@@ -276,12 +210,11 @@ class K3sServiceRemedy:
                       f"loaded and {'both' if active else 'neither'} active; set "
                       "[remediation.service] unit")
 
-    async def _restart(self, bus: _Bus, unit: str, started: float) -> Outcome:
+    async def _restart(self, bus: _Systemd, unit: str, started: float) -> Outcome:
         from dbus_fast import MessageType  # noqa: PLC0415
 
-        (owner,) = await bus.call(DBUS, "/org/freedesktop/DBus", DBUS, "GetNameOwner",
-                                  signature="s", body=[SYSTEMD])
-        (path,) = await bus.systemd("GetUnit", "s", [unit])
+        (owner,) = await bus.bus.call(DBUS, DBUS_PATH, DBUS, "GetNameOwner", "s", [SYSTEMD])
+        (path,) = await bus.manager("GetUnit", "s", [unit])
         jobs: dict[str, str] = {}
         woken = asyncio.Event()
 
@@ -292,21 +225,21 @@ class K3sServiceRemedy:
                     and msg.path == MANAGER_PATH and len(msg.body) == 4):
                 jobs[str(msg.body[1])] = str(msg.body[3])
                 woken.set()
-            elif msg.interface == PROPERTIES_IFACE and msg.path == path:
+            elif msg.interface == PROPERTIES and msg.path == path:
                 woken.set()
 
-        bus.bus.add_message_handler(on_message)
+        bus.bus.raw.add_message_handler(on_message)
         subscribed = False
         try:
-            await bus.add_match(f"type='signal',sender='{SYSTEMD}',path='{MANAGER_PATH}',"
-                                f"interface='{MANAGER_IFACE}',member='JobRemoved'")
-            await bus.add_match(f"type='signal',sender='{SYSTEMD}',path='{path}',"
-                                f"interface='{PROPERTIES_IFACE}',member='PropertiesChanged'")
-            await bus.systemd("Subscribe")
+            await bus.bus.add_match(f"type='signal',sender='{SYSTEMD}',path='{MANAGER_PATH}',"
+                                    f"interface='{MANAGER_IFACE}',member='JobRemoved'")
+            await bus.bus.add_match(f"type='signal',sender='{SYSTEMD}',path='{path}',"
+                                    f"interface='{PROPERTIES}',member='PropertiesChanged'")
+            await bus.manager("Subscribe")
             subscribed = True
             log.info("restarting %s over D-Bus (RestartUnit, mode replace)", unit,
                      extra={"remedy": self.mode, "unit": unit})
-            (job,) = await bus.systemd("RestartUnit", "ss", [unit, "replace"])
+            (job,) = await bus.manager("RestartUnit", "ss", [unit, "replace"])
             job = str(job)
             try:
                 async with asyncio.timeout(self._left(started)):
@@ -331,10 +264,10 @@ class K3sServiceRemedy:
                                   f"{self.settings.timeout:g}s later (ActiveState {state}); "
                                   f"see `journalctl -u {unit}`") from None
         finally:
-            bus.bus.remove_message_handler(on_message)
+            bus.bus.raw.remove_message_handler(on_message)
             if subscribed:
                 with contextlib.suppress(BusError):
-                    await bus.systemd("Unsubscribe")
+                    await bus.manager("Unsubscribe")
         took = time.monotonic() - started
         log.info("%s restarted and active again after %.1f s", unit, took,
                  extra={"remedy": self.mode, "unit": unit})
@@ -344,23 +277,22 @@ class K3sServiceRemedy:
         return max(0.0, self.settings.timeout - (time.monotonic() - started))
 
     @staticmethod
-    async def _wake(woken: asyncio.Event, bus: _Bus) -> None:
+    async def _wake(woken: asyncio.Event, bus: _Systemd) -> None:
         """Until a signal arrives, or REREAD_INTERVAL passes; fail if the bus went away."""
-        if not bus.bus.connected:
-            raise BusError("disconnected", f"lost the bus at {bus.address}")
+        bus.bus.check()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(woken.wait(), REREAD_INTERVAL)
         woken.clear()
 
     def _error(self, err: BusError, unit: str) -> RemedyError:
-        if err.name in _DENIED:
+        if err.kind == "denied":
             return RemedyError(
                 f"systemd refused to restart {unit} for uid {os.geteuid()} ({err.name}): "
                 f"install the polkit rule {POLKIT_RULE} (shipped as "
                 "systemd/50-edgeheal-k3s-restart.rules; it allows user edgeheal exactly "
                 "`restart` of k3s-agent.service and k3s.service) or fix the bus policy",
                 config_problem=True)
-        if err.name in _NOT_THERE:
+        if err.kind == "absent":
             return RemedyError(f"systemd ({SYSTEMD}) is not on the D-Bus system bus at "
                                f"{self.bus_address}: {err}")
         if err.name == NO_SUCH_UNIT:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.dbus import PROPERTIES, BusError, connect, system_address
 from edgeheal.names import matches
 from edgeheal.remedies import (
     UPLINK,
@@ -36,7 +37,6 @@ from edgeheal.remedies import (
     RemedyRegistration,
     register,
 )
-from edgeheal.remedies._bus import BusError, connect, system_address
 
 if TYPE_CHECKING:
     from edgeheal.config import Config
@@ -72,13 +72,13 @@ async def networkmanager_owns(address: str, interface: str) -> str:
             return ""
         try:
             (device,) = await bus.call(NM, NM_PATH, NM, "GetDeviceByIpIface", "s",
-                                       interface)
+                                       [interface])
         except BusError as err:
             if err.name == NM_UNKNOWN_DEVICE:
                 return ""
             raise
-        (managed,) = await bus.call(NM, str(device), "org.freedesktop.DBus.Properties",
-                                    "Get", "ss", NM_DEVICE, "Managed")
+        (managed,) = await bus.call(NM, str(device), PROPERTIES, "Get", "ss",
+                                    [NM_DEVICE, "Managed"])
         if getattr(managed, "value", managed):
             return (f"NetworkManager manages {interface} ({device}); reconnecting behind "
                     "its back would fight it")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from edgeheal.dbus import BusError, connect, system_address
 from edgeheal.remedies import (
     UPLINK,
     Availability,
@@ -29,7 +30,6 @@ from edgeheal.remedies import (
     RemedyRegistration,
     register,
 )
-from edgeheal.remedies._bus import DENIED, NOT_THERE, BusError, connect, system_address
 
 if TYPE_CHECKING:
     from edgeheal.config import Config
@@ -61,10 +61,10 @@ class Reboot:
     async def restart(self) -> Outcome:
         try:
             async with connect(self.address) as bus:
-                await bus.call(LOGIND, LOGIND_PATH, LOGIND_MANAGER, "Reboot", "b", False)
+                await bus.call(LOGIND, LOGIND_PATH, LOGIND_MANAGER, "Reboot", "b", [False])
         except BusError as err:
             raise RemedyError(f"logind refused the reboot: {err}",
-                              config_problem=err.name in DENIED or err.name in NOT_THERE) \
+                              config_problem=err.kind in ("denied", "absent")) \
                 from err
         return Outcome(target="node")
 

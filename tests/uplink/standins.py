@@ -9,14 +9,14 @@ and the device's ``org.freedesktop.NetworkManager.Device.Managed`` ``b`` propert
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
-from typing import Any
 
-from dbus_fast import BusType, DBusError, PropertyAccess
+from dbus_fast import DBusError, PropertyAccess
 from dbus_fast.aio import MessageBus
 from dbus_fast.annotations import DBusBool, DBusObjectPath, DBusStr
 from dbus_fast.service import ServiceInterface, dbus_method, dbus_property
+
+from edgeheal.lab.standin import BusStandIn
 
 LOGIND_POLICY = """\
     <allow own="org.freedesktop.login1"/>
@@ -45,23 +45,15 @@ class _Logind(ServiceInterface):
 
 
 @dataclass
-class FakeLogind:
+class FakeLogind(BusStandIn):
+    SERVICE = "org.freedesktop.login1"
     address: str
     can_reboot: str = "yes"
     reboots: list[bool] = field(default_factory=list)
     """The ``interactive`` argument of every Reboot call received."""
-    _bus: Any = None
 
-    async def __aenter__(self) -> FakeLogind:
-        self._bus = await MessageBus(bus_address=self.address,
-                                     bus_type=BusType.SYSTEM).connect()
-        self._bus.export("/org/freedesktop/login1", _Logind(self))
-        await self._bus.request_name("org.freedesktop.login1")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            self._bus.disconnect()
+    def _serve(self, bus: MessageBus) -> None:
+        bus.export("/org/freedesktop/login1", _Logind(self))
 
 
 class _NM(ServiceInterface):
@@ -88,21 +80,13 @@ class _Device(ServiceInterface):
 
 
 @dataclass
-class FakeNetworkManager:
+class FakeNetworkManager(BusStandIn):
+    SERVICE = "org.freedesktop.NetworkManager"
     address: str
     devices: dict[str, bool] = field(default_factory=dict)
     """ip interface -> Managed."""
-    _bus: Any = None
 
-    async def __aenter__(self) -> FakeNetworkManager:
-        self._bus = await MessageBus(bus_address=self.address,
-                                     bus_type=BusType.SYSTEM).connect()
-        self._bus.export("/org/freedesktop/NetworkManager", _NM(self))
+    def _serve(self, bus: MessageBus) -> None:
+        bus.export("/org/freedesktop/NetworkManager", _NM(self))
         for i, (_, managed) in enumerate(self.devices.items()):
-            self._bus.export(f"/org/freedesktop/NetworkManager/Devices/{i}", _Device(managed))
-        await self._bus.request_name("org.freedesktop.NetworkManager")
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        with contextlib.suppress(Exception):
-            self._bus.disconnect()
+            bus.export(f"/org/freedesktop/NetworkManager/Devices/{i}", _Device(managed))
