@@ -138,25 +138,27 @@ def test_idle_connections_beyond_the_descriptor_limit_do_not_take_the_probes_dow
         assert (status, json.loads(body)["live"]) == (200, True), body
         assert took < 3.0, f"/livez took {took:.1f}s with {len(idle)} idle connections"
 
-        # The checks keep running with the connections still held (two runs at least).
+        # The checks keep running with the connections still held (two runs at least), and
+        # the server sheds what is over its cap once it has accepted the kernel's backlog
+        # (on a loaded machine that takes a while: wait for it, bounded).
         deadline = time.monotonic() + 30
         text = before
+        shed = IDLE_CONNECTIONS - metric(before, "edgeheal_http_connections_max") - 64
         while time.monotonic() < deadline:
             _, text = get(port, "/metrics", timeout=5.0)
             runs = metric(text, 'edgeheal_check_runs_total{check="broker",result="completed"}')
-            if runs >= runs_before + 2:
+            over = metric(text, 'edgeheal_http_connections_closed_total{reason="over_limit"}')
+            if runs >= runs_before + 2 and over >= shed:
                 break
             time.sleep(0.5)
-        else:
-            pytest.fail("the broker check stopped running under the connection flood")
+        assert runs >= runs_before + 2, "the broker check stopped running under the flood"
         doc = json.loads(get(port, "/status", timeout=5.0)[1])
         assert doc["checks"]["broker"]["state"] == "ok", doc["checks"]["broker"]
         assert doc["ready"] is True
         for result in ("error", "timeout"):  # counted from 0 (issue 21): their value, not presence
             assert metric(text, f'edgeheal_check_runs_total{{check="broker",result="{result}"}}') \
                 == 0, text
-        assert metric(text, 'edgeheal_http_connections_closed_total{reason="over_limit"}') \
-            >= IDLE_CONNECTIONS - metric(text, "edgeheal_http_connections_max") - 64
+        assert over >= shed, f"only {over:g} connections over the cap were shed: {text}"
         assert metric(text, "edgeheal_open_fds") < NOFILE - 200  # a reserve stays free
 
         # Connections that never send a request are closed by the server (5 s + a sweep).
