@@ -75,6 +75,9 @@ class UsbReauthorize:
         if not USB_PORT.fullmatch(path.name):
             raise RemedyError(f"{path.name!r} is not a USB device (bus-port name); refused",
                               config_problem=True)
+        if not path.exists():
+            raise RemedyError(f"no USB device {path.name!r}: nothing at {path} (unplugged, "
+                              "or not the device's name)")
         if not (path / "authorized").is_file():
             raise RemedyError(f"{path} has no 'authorized' attribute (not a USB device, or "
                               "gone)")

@@ -3,6 +3,7 @@ tests live in one module, so ``--dist loadfile`` keeps them on one worker), boot
 -snapshot inside a network namespace of the test's own, with three NICs on real drivers:
 e1000e and virtio_net (on taps that exist only in that namespace) and a USB cdc_ether NIC
 on a hub that goes nowhere. Always torn down (QEMU killed, files and namespace removed).
+Also the module's long-running guest jobs: the check's cases, the usb-reauthorize rung.
 
 A missing QEMU/debootstrap/busybox is a failure, not a skip: CI installs them
 (``install.sh --dev``)."""
@@ -22,6 +23,7 @@ import pytest
 from edgeheal.lab import nspawn
 from edgeheal.lab.netns import Sandbox
 from tests.qemu import bed
+from tests.qemu.support import Enforcing, nics, usb_nic
 
 NICS = (
     # e1000e: PCI slot 8 -> udev names it ens8; the kernel's name is ethN first
@@ -114,3 +116,28 @@ def check_cases(vm: bed.VM) -> Iterator[CheckCases]:
 @pytest.fixture
 def check_verdicts(check_cases: CheckCases) -> dict[str, Any]:
     return check_cases.outcome()
+
+
+@pytest.fixture(scope="module")
+def usb_rung(vm: bed.VM) -> Iterator[dict[str, Any]]:
+    """One guest Python (imports cost seconds under TCG) for both tests: the rung's refusals
+    on the real tree, then the rung as the uplink actor runs it (guest_usb.py: probe, then
+    ``restart()`` within its bound, ``usb_device`` = the NIC's USB device name) while the
+    enforcer runs; what the enforcer holds 1 s after it saw the re-enumerated NIC."""
+    enforcer = Enforcing(vm)
+    try:
+        enforcer.start()
+        usb = usb_nic(nics(vm))
+        enforcer.until("boot pass", lambda s: usb in s["interfaces"])
+        res = vm.run(["python3", f"{bed.SRC}/tests/qemu/guest_usb.py", "refusals",
+                      "reauthorize"], timeout=120)
+        got = json.loads(res.check("guest_usb.py").out)
+        if len(after := got["reauthorize"].get("after") or []) == 1:  # else the test says
+            ((final, index),) = after
+            enforcer.until("re-enumerated NIC seen",
+                           lambda s: s["ifindex"].get(final) == index)
+            time.sleep(1.0)  # let any storm show
+        yield {**got, "usb": usb, "nics": nics(vm), "enforcer": enforcer.state(),
+               "log": enforcer.log()}
+    finally:
+        enforcer.stop()

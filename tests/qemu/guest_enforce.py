@@ -43,6 +43,7 @@ async def main(out: str, patterns: tuple[str, ...]) -> None:
             "interfaces": {n: {r.feature: r.outcome.value for r in i.results} | (
                 {"error": i.message} if i.error else {})
                 for n, i in enforcer._state.interfaces.items()},
+            "ifindex": {n: i.ifindex for n, i in enforcer._state.interfaces.items()},
             "drift_total": enforcer.drift_total,
         }
         write(out, state)

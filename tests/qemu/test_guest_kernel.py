@@ -1,7 +1,8 @@
 """A real kernel (Debian 12's, under QEMU/TCG): kernel WireGuard read through generic
 netlink; the offload enforcer on real NIC drivers (e1000e, virtio_net, cdc_ether)
 including PCI hot unplug/replug, where udev renames the NIC after it appeared (the rename
-race of issue 18); ``edgeheal diagnose`` and the whole agent on kernel devices; the
+race of issue 18); the uplink ladder's ``usb-reauthorize`` rung re-enumerating the usbnet
+NIC (guest_usb.py); ``edgeheal diagnose`` and the whole agent on kernel devices; the
 ``wireguard`` check's verdicts on kernel WireGuard at K = 25 s (guest_check.py, started
 with the module's first fixture, so its ~4-5 minutes overlap the tests before theirs);
 last, the module removed. One guest for the whole module (see conftest.py)."""
@@ -165,8 +166,61 @@ def test_usb_replug_of_a_nic_without_checksum_offload_is_quiet(
     assert all(o in ("fixed-off", "not-present") for o in st["interfaces"][usb].values())
     assert st["events"] == []
     assert st["drift_total"] == 0
-    assert count(st, "edgeheal_offload_corrections_total") == 0
+    assert count(st, "edgeheal_offload_corrections_total", interface=usb) == 0
     assert "WARNING" not in enforcer.log()
+
+
+# --- the uplink ladder's usb-reauthorize rung on the real sysfs ----------------------------
+
+def test_usb_reauthorize_rung_re_enumerates_the_nic_and_the_enforcer_stays_quiet(
+        usb_rung: dict[str, Any]) -> None:
+    """``authorized`` 0 then 1: the kernel tears the interface down and re-enumerates it
+    with a new ifindex, renamed by udev; the enforcer sees it, not applicable, quietly."""
+    got, usb, st = usb_rung["reauthorize"], usb_rung["usb"], usb_rung["enforcer"]
+    assert got["usable"], got["why"]
+    assert "error" not in got, got
+    assert got["target"] == f"usb {got['usb_device']}"
+    assert got["restart_seconds"] <= got["bound"]
+    timeline = got["timeline"]
+    ((name, old),) = got["before"]
+    assert name == usb
+    # de-authorized: the interface gone; authorized again: back with a new ifindex
+    assert any(s["authorized"] == "0" and not s["nets"] for s in timeline), timeline
+    ((final, new),) = got["after"]  # udev's name (at boot it may have kept usb0)
+    assert new != old, got["after"]
+    assert final == usb_nic(usb_rung["nics"])
+    assert got["mode_after"] == "0o664"  # the USB device's node (and a udev mode) survived
+    assert st["ifindex"][final] == new
+    assert "error" not in st["interfaces"][final]
+    assert all(o in ("fixed-off", "not-present") for o in st["interfaces"][final].values())
+    assert set(st["interfaces"]) <= set(usb_rung["nics"].values())  # nothing stale (usb0)
+    assert st["events"] == []
+    assert st["drift_total"] == 0
+    assert count(st, "edgeheal_offload_corrections_total", interface=final) == 0
+    assert "WARNING" not in usb_rung["log"]
+    print(f"\nusb-reauthorize {got['usb_device']}: restart() {got['restart_seconds']:.2f} s "
+          f"(bound {got['bound']:g} s), interface back at {got['back_seconds']:.2f} s, udev "
+          f"settled at {got['settled_seconds']:.2f} s; {usb} (ifindex {old}) -> {final} "
+          f"(ifindex {new}); timeline {timeline}\nenforcer log:\n{usb_rung['log']}")
+
+
+def test_usb_reauthorize_rung_refusals_on_the_real_sysfs(usb_rung: dict[str, Any]) -> None:
+    got = usb_rung["refusals"]
+    assert got["hub"].startswith("usb"), got
+    assert got["hub_exists"], got
+    assert "remediation.uplink.usb_device" in got["config_hub"]  # refused by the config
+    hub, missing, interface = got["root_hub"], got["missing"], got["usb_interface"]
+    assert not hub["usable"], hub
+    assert "not a USB device" in hub["why"]
+    assert "config_problem=True" in hub["restart"]
+    assert got["hub_authorized"] == "1"  # never de-authorized
+    assert not missing["usable"], missing
+    assert "no USB device '7-7': nothing at /sys/bus/usb/devices/7-7" in missing["why"]
+    assert "no USB device '7-7'" in missing["restart"]
+    assert not interface["usable"], interface
+    assert "not a USB device" in interface["why"]
+    assert got["nets"] == got["nets_before"]  # nothing re-enumerated
+    print(f"\nrefusals: {got}")
 
 
 # --- edgeheal diagnose on a kernel device -----------------------------------------------------

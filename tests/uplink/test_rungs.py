@@ -85,12 +85,14 @@ async def test_usb_reauthorize_modem_follows_modemmanagers_device_path(
     assert dev.value() == "1"
 
 
-@pytest.mark.parametrize(("name", "why"), [("1-9", "no 'authorized'"),
-                                            ("usb1", "not a USB device")])
+@pytest.mark.parametrize(("name", "why"), [
+    ("1-9", "no USB device '1-9': nothing at "), ("1-8", "no 'authorized'"),
+    ("usb1", "not a USB device")])
 async def test_usb_reauthorize_refuses_what_is_not_a_configured_usb_device(
         tmp_path: Path, name: str, why: str) -> None:
     hub = tmp_path / "bus" / "usb" / "devices" / "usb1"
     hub.mkdir(parents=True)
+    (hub.parent / "1-8").mkdir()  # there, but no attribute to write
     (hub / "authorized").write_text("1\n")
     rung = UsbReauthorize(loads(f'[remediation.uplink]\nusb_device = "{name}"\n')
                           if name != "usb1" else loads("[remediation.uplink]\n"),
