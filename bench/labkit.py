@@ -35,10 +35,13 @@ class BenchWorld(World):
     config on the default cadences (only addresses and paths set)."""
 
     def __init__(self, workdir: Path, *, enforce: bool = True, defaults: bool = False,
-                 **kw: Any) -> None:
+                 uplink_off: frozenset[str] = frozenset(), **kw: Any) -> None:
         super().__init__(workdir, **kw)
         self.enforce = enforce
         self.defaults = defaults
+        self.uplink_off = uplink_off
+        """Edges whose default config has no uplink sections, in a world built with modems
+        (bench/uplink_cost.py: the feature on and off side by side)."""
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
         if self.defaults:
@@ -86,7 +89,8 @@ kubeconfig = "{edge.workdir / 'kubeconfig'}"
 
 [remediation]
 mode = "{remediation}"
-""" + (_uplink(world, edge) if getattr(world, "modem", False) else "")
+""" + (_uplink(world, edge) if getattr(world, "modem", False)
+       and edge.name not in getattr(world, "uplink_off", ()) else "")
 
 
 def _uplink(world: World, edge: Edge) -> str:

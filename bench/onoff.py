@@ -1,16 +1,23 @@
 """One lab scenario with the agent or without it, measured from outside the same way.
 
-    python bench/onoff.py SCENARIO --window SECONDS [--no-agent] --out FILE.json  (root)
+    python bench/onoff.py SCENARIO --window SECONDS [--no-agent] [--field] --out FILE.json
 
-Runs the scenario as ``edgeheal lab --scenario X --quick`` does, plus a TCP probe through
-edge-0's tunnel every 0.5 s and the collector's counters, over a fixed window that starts
-at the scenario's fault (its first mark; for ``boot-with-offload`` the moment the world is
-built, since the fault is there from boot). Both variants of a scenario get the same window,
-so "outage seconds" and "collector messages lost" compare like for like.
+(root). Runs the scenario as ``edgeheal lab --scenario X --quick [--field]`` does, plus
+a TCP probe through edge-0's tunnel every 0.5 s and the collector's counters, over a fixed
+window that starts at the scenario's fault (its first mark; for ``boot-with-offload`` the
+moment the world is built, since the fault is there from boot). Both variants of a scenario
+get the same window, so "outage seconds" and "collector messages lost" compare like for
+like.
 
 Without the agent, the scenario's waits for agent states can never succeed; they are
 capped at 15 s (the world keeps running, which is the point) and the run is held until
 the window has passed.
+
+``--field`` runs the world at the field's settings instead of the lab's tuning, as
+``edgeheal lab --field`` does: K = 25 s and the agent on its shipped defaults; for the
+uplink scenarios the example config's uplink sections enabled with every default value
+(``[uplink] window`` 60 s, ``[remediation.uplink] act_after`` 5 min, ...), only the
+interface and the lab's D-Bus address named.
 
 How it hooks in without touching the lab: :func:`edgeheal.lab.runner.run_scenario` builds
 its ``Lab`` through the module's global name, which this process (and only this process)
@@ -105,6 +112,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--window", type=float, required=True)
     parser.add_argument("--no-agent", action="store_true")
+    parser.add_argument("--field", action="store_true",
+                        help="the shipped defaults (K = 25 s) instead of the lab's tuning")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
@@ -112,8 +121,10 @@ def main(argv: list[str]) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="edgeheal-bench-onoff-"))
     scenario = wrap(SCENARIOS[args.scenario], args.window)
     report = asyncio.run(runner.run_scenario(scenario, workdir, agent=not args.no_agent,
-                                             live=False, quick=True))
-    doc = {"scenario": args.scenario, "agent": not args.no_agent, **RESULT,
+                                             live=False, quick=True,
+                                             field=args.field))
+    doc = {"scenario": args.scenario, "agent": not args.no_agent, "field": args.field,
+           **RESULT,
            "passed": report["passed"], "error": report["error"],
            "expectations": report["expectations"], "marks": report["marks"],
            "duration": report["duration_seconds"]}

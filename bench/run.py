@@ -22,7 +22,7 @@ per-thread, and one world's teardown must never wait on another's):
 
 Detection and readiness latency per fault at the lab's tuning and the shipped defaults is
 ``bench/readiness.py all`` (its own section of docs/benchmarks.md, kept when this rewrites
-the file).
+the file), as is the uplink section (``KEPT``).
 
 ``--quick`` shortens everything (no incident, one repeat, 1-minute footprint, two
 scenarios) to check the machinery in about 4 minutes; its figures are not the results.
@@ -68,6 +68,10 @@ WINDOWS = {"boot-with-offload": 90.0, "stuck-flannel": 90.0, "modem-reconnect": 
 """Seconds measured from each scenario's fault, the same for the agent on and off."""
 LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour", "stuck-modem"),
          ("uplink-outage", "boot-with-offload", "stuck-flannel", "lossy-link", "no-coverage"))
+KEPT = ((readiness.BEGIN, readiness.END), ("<!-- uplink:begin -->", "<!-- uplink:end -->"))
+"""Sections of docs/benchmarks.md this script keeps: bench/readiness.py's, and the uplink
+ladder's timings at the shipped defaults and its check's cost (bench/onoff.py --field,
+bench/uplink_cost.py: ten-minute runs measured by hand)."""
 QUICK_LANES = (("stuck-flannel",), ("boot-with-offload",))
 QUICK_WINDOW = 60.0
 
@@ -516,9 +520,10 @@ def main(argv: list[str]) -> int:
         (Path(tmp) / "results.json").write_text(json.dumps(res, default=str, indent=2))
         text = render(res)
     old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-    if readiness.BEGIN in old and readiness.END in old:  # bench/readiness.py's own section
-        kept = old[old.index(readiness.BEGIN):old.index(readiness.END) + len(readiness.END)]
-        text = text.rstrip("\n") + "\n\n" + kept + "\n"
+    for begin, end in KEPT:  # sections written by other benchmarks, kept as they are
+        if begin in old and end in old:
+            kept = old[old.index(begin):old.index(end) + len(end)]
+            text = text.rstrip("\n") + "\n\n" + kept + "\n"
     args.out.write_text(text, encoding="utf-8")
     print(text)
     return 0

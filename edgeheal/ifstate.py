@@ -9,6 +9,16 @@ offload enforcer's link listener already pays for: no memory added with it on), 
 subprocess. :func:`reachable` is the check's optional second direct-path probe: one TCP
 handshake over the host's own route (connection refused also proves the path works).
 
+:func:`links` is the cheap half: what sysfs (``/sys/class/net/<if>/``) says of each uplink
+interface — index, operational state, flags, carrier, carrier changes, packet counters —
+in a handful of tiny file reads, no socket and no pyroute2. A netlink dump returns every
+link, address and route of the host (on a K3s node a veth per pod and the CNI's routes) and
+is parsed into pyroute2 objects; the check runs every 10 s while the uplink carries
+traffic, so it reads sysfs then and dumps only when something moved (see the check).
+sysfs shows the network namespace it was *mounted* in, not the caller's: ``ip netns exec``
+remounts it, so an agent started that way (systemd on the host, the lab's edges) sees its
+own interfaces; a caller that only switched a thread's namespace must pass ``root``.
+
 Errors are :class:`IfStateError` naming the interface and the kernel's words. ``netns``
 (lab and tests only) asks a named network namespace instead of the agent's own.
 """
@@ -19,7 +29,9 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from edgeheal import _pyroute2
@@ -54,6 +66,64 @@ class Interface:
     def carries(self) -> bool:
         """Administratively up, operationally up (or UNKNOWN) and with carrier."""
         return self.admin_up and self.carrier and self.oper in UP_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One interface as sysfs shows it (:func:`links`): no addresses, no routes."""
+
+    name: str
+    index: int
+    oper: str
+    """``operstate`` upper-cased, as rtnetlink names it: UP, DOWN, UNKNOWN, ..."""
+    admin_up: bool
+    carrier: bool
+    carrier_changes: int
+    """Every carrier loss and return since the device was created (a bounce adds 2)."""
+    rx_packets: int
+    tx_packets: int
+
+
+SYSFS = Path("/sys/class/net")
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:  # carrier of a link set down: EINVAL; a link gone in between: ENOENT
+        return ""
+
+
+def _int(text: str, base: int = 10) -> int:
+    try:
+        return int(text, base)
+    except ValueError:
+        return 0
+
+
+def links(patterns: tuple[str, ...], root: Path = SYSFS) -> tuple[Link, ...]:
+    """Every interface under ``root`` matching ``patterns``, in index order (sysfs only:
+    a few tiny reads per interface, done inline since sysfs never waits on a disk)."""
+    if not patterns:
+        return ()
+    try:
+        names = [n for n in os.listdir(root) if matches(n, patterns)]
+    except OSError:
+        return ()
+    out = []
+    for name in names:
+        d = root / name
+        index = _int(_text(d / "ifindex"))
+        if not index:  # gone since the listing
+            continue
+        flags = _int(_text(d / "flags"), 16)
+        out.append(Link(
+            name=name, index=index, oper=(_text(d / "operstate") or "unknown").upper(),
+            admin_up=bool(flags & 0x1), carrier=_text(d / "carrier") == "1",
+            carrier_changes=_int(_text(d / "carrier_changes")),
+            rx_packets=_int(_text(d / "statistics" / "rx_packets")),
+            tx_packets=_int(_text(d / "statistics" / "tx_packets"))))
+    return tuple(sorted(out, key=lambda link: link.index))
 
 
 def _attr(msg: Any, name: str) -> Any:

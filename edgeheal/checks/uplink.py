@@ -8,15 +8,19 @@ from the cases where nothing local helps (no coverage) or where the modem's mana
 already at work (no address, no route, the link gone). It observes only, from its own
 evidence (checks do not read the snapshot):
 
-- the uplink interfaces over rtnetlink (:mod:`edgeheal.ifstate`): operational state and
-  carrier, global addresses, the default route, the rx packet counter;
+- the uplink interfaces (:mod:`edgeheal.ifstate`): operational state and carrier, global
+  addresses, the default route, the rx packet counter — from sysfs plus a netlink read
+  (see "Cost" below);
 - the optional second direct-path probe (``[uplink] probe``, one TCP handshake): an answer
   means traffic passes, whatever the counters say;
 - the modem over ModemManager's D-Bus API (:mod:`edgeheal.modem`), when enabled and
   running: registration, signal quality, whether its bearer is connected.
 
 *Silence* is "nothing passed for ``window``": the probe failing for that long, or without a
-probe the interfaces' rx counter flat for that long. Reasons (first match wins):
+probe the interfaces' rx counter flat for that long, counted from the last run whose
+verdict explained it (``no_coverage``, ``link_down``, ``no_address``, ``no_route``,
+``modem_not_ready``): ``stuck`` needs a whole window of silence with everything else
+fine. Reasons (first match wins):
 
 ====================  =========  ===========================================================
 reason                state      meaning
@@ -44,16 +48,31 @@ verdicts that need the modem — ``stuck``, ``no_coverage``, ``silent`` — are 
 through silence or a missing address. ``no_coverage`` therefore shows up to ``window``
 after the cell is lost when the address survives it.
 
+Cost: a netlink dump returns every link, address and route of the host (on a K3s node a
+veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it was most
+of the check's CPU and warmed the allocator by 1-1.4 MB. So each run reads sysfs first
+(``/sys/class/net/<if>/``: index, operstate, flags, carrier, carrier_changes, rx/tx
+packets; a few tiny file reads) and reuses the addresses and default routes of the last
+netlink read while the uplink is *plainly fine*: the same interfaces (names and indices)
+in the same link state with no carrier change since that read, rx grown since the last
+run, the second probe (if any) answered, and that read found an interface up with an
+address and a default route. Anything else — silence starting, a link change or bounce, a
+re-created interface, a failed probe, no address or route at the last read — reads netlink
+at once, and so does every run ``REFRESH`` (60 s) after the last read: an address or route
+lost while traffic still flows shows within 60 s plus one interval.
+
 Off unless configured: with ``[uplink] interfaces`` empty the check is not created. The
 modem's bearer properties (they hold the APN password) are never put in ``detail``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from edgeheal.checks import Check, Registration, register
 from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
@@ -76,6 +95,14 @@ NOT_READY = frozenset({"failed", "unknown", "initializing", "locked", "disabled"
 """MMModemState names of a modem that is not (yet) usable: not coverage, not stuck."""
 NO_SERVICE = frozenset({"enabled", "searching"})
 """MMModemState names of a modem that is enabled but has no network."""
+NOT_SILENCE = frozenset({"no_coverage", "link_down", "no_address", "no_route",
+                         "modem_not_ready"})
+"""Verdicts that explain the silence: it counts towards ``stuck`` only from the end of
+the last of them, so the first run after coverage returns (the modem registered again,
+the first packet not yet in) is not ``stuck`` for the whole outage."""
+REFRESH = 60.0
+"""Seconds the fast path may go without a netlink read: the bound on noticing a lost
+address or default route while traffic still flows (silence dumps at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,21 +195,61 @@ class UplinkCheck:
     name = NAME
 
     def __init__(self, ctx: Context, settings: UplinkSettings, *, netns: str | None = None,
-                 modem_manager: Any = None) -> None:
+                 modem_manager: Any = None, sysfs: Path | Literal["auto"] | None = "auto",
+                 ) -> None:
         self.settings: CheckSettings = settings
         self.uplink: UplinkSettings = settings
         self.ctx, self.netns = ctx, netns
+        self._sysfs = sysfs
+        """Where the fast path reads (``auto``: ``/sys/class/net``, or with ``netns`` none,
+        since another namespace's sysfs is not this process's to read; tests that mount
+        one pass it); None: no fast path."""
         self._mm = modem_manager
         self._rx: int | None = None
         self._passed = ctx.clock()
         """When traffic last passed (monotonic); the start counts as traffic."""
         self._probe = ""
+        self._explained = False
+        """The last verdict explained the silence (``NOT_SILENCE``)."""
+        self._full: tuple[Interface, ...] | None = None
+        """The last netlink read (addresses and default routes come from it)."""
+        self._full_at = -math.inf
+        self._seen: tuple[tuple[Any, ...], ...] = ()
+        """sysfs's view of the links at that read: what must not have moved since."""
+        self.dumps = 0
+        """Netlink reads so far (tests and benchmarks count them)."""
 
-    async def run(self) -> CheckResult:
+    async def _interfaces(self, now: float) -> tuple[Interface, ...]:
+        """The uplink interfaces: from sysfs plus the last netlink read's addresses and
+        routes when nothing moved, else a fresh netlink read (see the module docstring)."""
         from edgeheal import ifstate  # noqa: PLC0415 - pyroute2 only with the check on
 
-        now = self.ctx.clock()
+        root = (None if self.netns else ifstate.SYSFS) if self._sysfs == "auto" \
+            else self._sysfs
+        fast = ifstate.links(self.uplink.interfaces, root) if root is not None else ()
+        seen = tuple((k.name, k.index, k.oper, k.admin_up, k.carrier, k.carrier_changes)
+                     for k in fast)
+        full = self._full
+        if (full is not None and fast and seen == self._seen
+                and now - self._full_at < REFRESH
+                and sum(k.rx_packets for k in fast) != self._rx
+                and self._probe in ("", "ok")
+                and any(i.carries and i.addresses and i.default_route for i in full)):
+            by_index = {i.index: i for i in full}
+            return tuple(dataclasses.replace(by_index[k.index], rx_packets=k.rx_packets,
+                                             tx_packets=k.tx_packets) for k in fast)
         interfaces = await ifstate.read(self.uplink.interfaces, netns=self.netns)
+        self.dumps += 1
+        same = [(i.name, i.index) for i in interfaces] == [(k.name, k.index) for k in fast]
+        # sysfs of another namespace (names, indices differ) never vouches for this one
+        self._full, self._full_at, self._seen = interfaces, now, seen if same else ()
+        return interfaces
+
+    async def run(self) -> CheckResult:
+        from edgeheal import ifstate  # noqa: PLC0415
+
+        now = self.ctx.clock()
+        interfaces = await self._interfaces(now)
         rx = sum(i.rx_packets for i in interfaces)
         if self.uplink.probe:
             from edgeheal.config import split_hostport  # noqa: PLC0415
@@ -196,13 +263,17 @@ class UplinkCheck:
             self._passed = now
         self._rx = rx
         silent = max(0.0, now - self._passed)
-        if silent < self.uplink.window and any(
+        if silent < self.uplink.window and not self._explained and any(
                 i.carries and i.addresses and i.default_route for i in interfaces):
             modem, note = None, ""  # plainly fine: the modem is not asked (see docstring)
         else:
             modem, note = await self._modem({i.name for i in interfaces})
-        return judge(Evidence(interfaces, modem, note, silent, self._probe),
-                     self.uplink.window)
+        result = judge(Evidence(interfaces, modem, note, silent, self._probe),
+                       self.uplink.window)
+        self._explained = result.reason in NOT_SILENCE
+        if self._explained:  # the modem is asked again next run: is it still so?
+            self._passed = now
+        return result
 
     async def _modem(self, names: set[str]) -> tuple[Modem | None, str]:
         if not self.uplink.modem_manager:

@@ -194,8 +194,10 @@ async def no_coverage(lab: Lab) -> list[Expectation]:
     lab.note("lab", "fault: no coverage: the modem searches with no signal, its bearer is "
              "down, nothing passes", edge.name)
     span = lab.scaled(LAB_WINDOW + LAB_ACT_AFTER + 30, 60 + 300 + 60)
+    # the modem is asked once the uplink is not plainly fine: here, when silence reaches
+    # [uplink] window (the address survives the lost cell), plus one interval
     judged = await lab.until(lambda: _uplink(lab, edge) == ("failed", "no_coverage"),
-                             lab.scaled(30, 60), "the uplink judged no_coverage")
+                             lab.scaled(30, 60 + 10 + 30), "the uplink judged no_coverage")
     await lab.hold(max(0.0, lab.marks["coverage_lost"] + span - lab.now()))
     reasons = {str(s.get("checks", {}).get("uplink")) for s in lab.views[edge.name].samples}
     during, how = uplink_actions(lab, edge, before)

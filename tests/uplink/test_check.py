@@ -4,12 +4,15 @@ link/address/route/probe evidence against a real kernel in a network namespace."
 from __future__ import annotations
 
 import asyncio
+import socket
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from edgeheal import ifstate
-from edgeheal.checks.uplink import Evidence, UplinkCheck, judge, pick_modem
+from edgeheal.checks.uplink import REFRESH, Evidence, UplinkCheck, judge, pick_modem
 from edgeheal.config import loads
 from edgeheal.ifstate import Interface
 from edgeheal.lab.netns import Sandbox, run
@@ -228,3 +231,131 @@ async def test_link_bounce_takes_a_real_veth_down_and_up(uplink_ns: dict[str, An
     availability = await missing.probe()
     assert not availability.usable
     assert "nope*" in availability.why
+
+
+@pytest.fixture
+def edge_sysfs(uplink_ns: dict[str, Any], tmp_path: Path) -> Iterator[Path]:
+    """The edge namespace's own sysfs, mounted here (a thread that only switched its
+    network namespace still sees the host's /sys/class/net); unmounted before the
+    sandbox deletes the namespace."""
+    mnt = tmp_path / "sys"
+    mnt.mkdir()
+    run(["nsenter", f"--net=/run/netns/{uplink_ns['edge']}", "mount", "-t", "sysfs",
+         "sysfs", str(mnt)])
+    try:
+        yield mnt / "class" / "net"
+    finally:
+        run(["umount", "-l", str(mnt)], check=False)
+
+
+def _traffic(carrier: str, packets: int = 3) -> None:
+    """Broadcast datagrams from the carrier: they reach the edge's uplink (its rx counter
+    grows) whether or not the edge still has an address."""
+    with inside(carrier):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+        for _ in range(packets):
+            sock.sendto(b"x", ("10.77.0.255", 9))
+
+
+def _counting_sockets(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    opened: list[str | None] = []
+    real = ifstate._socket
+
+    def counting(netns: str | None) -> Any:
+        opened.append(netns)
+        return real(netns)
+    monkeypatch.setattr(ifstate, "_socket", counting)
+    return opened
+
+
+@pytest.mark.netns
+async def test_while_traffic_flows_the_check_reads_sysfs_and_opens_no_netlink_socket(
+        uplink_ns: dict[str, Any], edge_sysfs: Path, monkeypatch: pytest.MonkeyPatch,
+        ) -> None:
+    edge, a, carrier = uplink_ns["edge"], uplink_ns["a"], uplink_ns["carrier"]
+    opened = _counting_sockets(monkeypatch)
+    clock = Clock()
+    h = context(f'[uplink]\ninterfaces = ["{a}"]\n', clock=clock)
+    manager = FakeManager((modem(interface=a),))
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=manager, sysfs=edge_sysfs)
+    result = await _run(check, edge)
+    assert (result.state, result.reason, len(opened)) == (State.OK, "ok", 1)
+    for _ in range(5):  # 50 s of traffic: under the refresh bound, nothing moved
+        _traffic(carrier)
+        clock.advance(10)
+        result = await _run(check, edge)
+        assert (result.state, result.reason) == (State.OK, "ok"), result.message
+        assert result.detail["interfaces"][a]["addresses"] == 1
+    assert len(opened) == 1, "a netlink socket was opened while traffic flowed"
+    assert check.dumps == 1
+    assert manager.asked == 0
+    clock.advance(10)  # rx flat: silence may be starting, so netlink is read at once
+    result = await _run(check, edge)
+    assert (result.state, len(opened)) == (State.OK, 2)
+    _traffic(carrier)
+    clock.advance(1)
+    await _run(check, edge)
+    assert len(opened) == 2
+    run(["ip", "link", "set", a, "down"], ns=edge)  # a link change is read at once
+    run(["ip", "link", "set", a, "up"], ns=edge)  # ... even when undone in between
+    _traffic(carrier)
+    clock.advance(1)
+    await _run(check, edge)
+    assert len(opened) == 3
+
+
+@pytest.mark.netns
+async def test_an_address_removed_while_traffic_flows_is_seen_within_the_refresh_bound(
+        uplink_ns: dict[str, Any], edge_sysfs: Path, monkeypatch: pytest.MonkeyPatch,
+        ) -> None:
+    edge, a, carrier = uplink_ns["edge"], uplink_ns["a"], uplink_ns["carrier"]
+    opened = _counting_sockets(monkeypatch)
+    clock = Clock()
+    h = context(f'[uplink]\ninterfaces = ["{a}"]\n', clock=clock)
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink,
+                        modem_manager=FakeManager((modem(interface=a),)), sysfs=edge_sysfs)
+    assert (await _run(check, edge)).reason == "ok"
+    run(["ip", "addr", "flush", "dev", a], ns=edge)
+    removed = clock()
+    seen = None
+    for _ in range(10):  # broadcasts keep rx growing: only the refresh reads netlink
+        _traffic(carrier)
+        clock.advance(10)
+        result = await _run(check, edge)
+        if result.reason == "no_address":
+            seen = clock() - removed
+            break
+    assert seen is not None, "the lost address was never seen"
+    assert seen <= REFRESH + 10
+    assert len(opened) == 2  # the start, and one refresh
+
+
+@pytest.mark.netns
+async def test_silence_during_no_coverage_does_not_count_towards_stuck(
+        uplink_ns: dict[str, Any]) -> None:
+    """Coverage returns: the modem is registered with a connected bearer again before the
+    first packet is in. The outage's silence was explained (no_coverage); stuck needs a
+    whole window of silence from there (the lab's no-coverage at the shipped defaults
+    once saw `stuck` at once, and a rung)."""
+    edge, a = uplink_ns["edge"], uplink_ns["a"]
+    uplink_ns["sandbox"].nft(uplink_ns["carrier"], DROP_FROM_EDGE)
+    clock = Clock()
+    h = context(f'[uplink]\ninterfaces = ["{a}"]\nprobe = "10.77.0.1:7000"\n'
+                'window = "20s"\ntimeout = "2s"\n', clock=clock)
+    manager = FakeManager((modem(interface=a, state="searching", registration="searching",
+                                 signal=0, connected=False),))
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=manager)
+    await _run(check, edge)
+    for _ in range(4):  # 120 s without coverage
+        clock.advance(30)
+        result = await _run(check, edge)
+        assert result.reason == "no_coverage", result.message
+    manager.answer = (modem(interface=a),)  # registered, signal, bearer connected
+    clock.advance(10)
+    result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.OK, "ok"), result.message
+    clock.advance(20)  # a whole window of silence with the modem fine: stuck
+    result = await _run(check, edge)
+    assert result.reason == "stuck", result.message
