@@ -88,8 +88,11 @@ class UplinkView:
 
 
 def view_of(snapshot: Snapshot, config: Config, *, rungs: tuple[str, ...],
-            booted_mono: float = -math.inf) -> UplinkView:
-    """Project a snapshot onto what the decision reads (pure)."""
+            booted_mono: float = -math.inf, reason_since: float = -math.inf) -> UplinkView:
+    """Project a snapshot onto what the decision reads (pure). ``reason_since``: since when
+    the check's *reason* has been what it is (the caller tracks it; the snapshot's
+    ``since_mono`` is when the *state* began, and a ``stuck`` right after a failed
+    ``no_coverage`` would otherwise inherit the whole outage and skip ``act_after``)."""
     status = snapshot.checks.get(UPLINK)
     completed = status is not None and status.completed
     paths = by_path(snapshot, config)
@@ -99,7 +102,8 @@ def view_of(snapshot: Snapshot, config: Config, *, rungs: tuple[str, ...],
         rungs=rungs,
         uplink=status.state if status is not None and completed else None,
         reason=status.reason if status is not None and completed else "",
-        since=status.since_mono if status is not None and completed else -math.inf,
+        since=max(status.since_mono, reason_since) if status is not None and completed
+        else -math.inf,
         direct_mqtt=paths.states("direct"),
         direct_failed_since=max(failed) if direct and len(failed) == len(direct) else None,
         started_mono=snapshot.started_mono, booted_mono=booted_mono)

@@ -26,6 +26,7 @@ class only fills the actor's *ladder hooks*:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -68,6 +69,10 @@ class UplinkRemediator(Remediator):
         self.rungs: dict[str, Remedy] = {}
         self.usable: tuple[str, ...] = ()
         self.why: dict[str, str] = {}
+        self._reason: str | None = None
+        self._reason_since = -math.inf
+        """The uplink check's reason and since when this actor has seen it change (before
+        the first change: the snapshot's ``since_mono``)."""
         self._probed: float | None = None
         """When the rungs were last probed (None: not yet, the uplink has been fine)."""
         self.ladder: UplinkLadderSettings = ctx.config.remediation.uplink
@@ -124,8 +129,15 @@ class UplinkRemediator(Remediator):
         return await super().evaluate(snap)
 
     def decide(self, snap: Snapshot) -> list[Action]:
+        status = snap.checks.get(UPLINK_CHECK)
+        reason = status.reason if status is not None else ""
+        if self._reason is None:  # first sight: the snapshot's date is all there is
+            self._reason = reason
+        elif reason != self._reason:  # the snapshot dates the state, not the reason
+            self._reason, self._reason_since = reason, self.clock()
         view = uplink.view_of(snap, self.config, rungs=self.usable,
-                              booted_mono=self.clock() - self.boot_clock())
+                              booted_mono=self.clock() - self.boot_clock(),
+                              reason_since=self._reason_since)
         return uplink.decide(view, self.history, self.clock(), self.ladder)
 
     def remedy_for(self, action: Action) -> tuple[Remedy | None, str]:

@@ -348,3 +348,24 @@ async def test_the_cli_pauses_and_resumes_the_uplink_ladder_over_the_control_soc
         assert not rem.history.paused(world.clock.now)
     finally:
         await server.close()
+
+
+async def test_a_stuck_after_no_coverage_waits_act_after_from_the_change(
+        tmp_path: Path) -> None:
+    """The uplink has been failed since the coverage went (the snapshot's ``since_mono``);
+    when the verdict turns to ``stuck`` the ladder still waits its ``act_after`` (60 s)."""
+    world = World(make_config(tmp_path), Clock(now=10_000.0, step=0.05))
+    world.reason = "no_coverage"
+    rungs = rungs_for(world)
+    rem = actor(world, rungs)
+    await rem.probe_rungs()
+    await rem.evaluate(world.read())
+    world.clock.advance(600)
+    world.reason = "stuck"
+    for _ in range(5):  # seen stuck at the first; 40 s later: not yet
+        world.clock.advance(10)
+        await rem.evaluate(world.read())
+    assert sum(r.calls for r in rungs.values()) == 0
+    world.clock.advance(25)  # 65 s after the change
+    await rem.evaluate(world.read())
+    assert rungs["modem-reconnect"].calls == 1

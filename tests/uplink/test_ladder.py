@@ -249,3 +249,20 @@ path = "tunnel"
     assert v.direct_failed_since is None
     assert uplink.decide(replace(v, since=-1e9), History(), 1e6, SETTINGS)[0].reason \
         == "direct_path_ok"
+
+
+def test_a_stuck_right_after_no_coverage_waits_its_own_act_after() -> None:
+    """The snapshot dates the *state* (failed since the coverage went), not the reason: a
+    ``stuck`` that follows ``no_coverage`` counts from when the reason changed."""
+    config = loads('[uplink]\ninterfaces = ["wwan0"]\n[[mqtt.targets]]\nname = "d"\n'
+                   'host = "127.0.0.1"\npath = "direct"\n')
+    checks = {"uplink": status("uplink", FAIL, "stuck", 0.0),  # failed since 0: no_coverage
+              "d": status("d", FAIL, "timeout", 0.0)}
+    snap = Snapshot(node="n", checks=checks, started_mono=0.0, taken_mono=NOW,
+                    round_complete=True)
+    became_stuck = NOW - 10
+    view = view_of(snap, config, rungs=ALL, booted_mono=-200_000.0, reason_since=became_stuck)
+    assert view.since == became_stuck
+    assert kinds(decide(view, History(), NOW, SETTINGS)) == [("skip", "stuck_window", "")]
+    later = NOW - 10 + SETTINGS.act_after
+    assert kinds(decide(view, History(), later, SETTINGS))[0][0] == "restart"
