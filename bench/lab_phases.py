@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -343,18 +341,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)  # unwinds through every world.close()
-    workdir = Path(tempfile.mkdtemp(prefix=f"edgeheal-bench-{args.phase}-"))
-    try:
-        doc = asyncio.run(PHASES[args.phase](workdir, args.quick))
-        doc["ok"] = True
-    except (TimeoutError, RuntimeError, OSError, KeyError) as err:
-        doc = {"ok": False, "error": f"{type(err).__name__}: {err}", "workdir": str(workdir)}
-        labkit.dump(args.out, doc)
-        print(f"{args.phase}: {doc['error']} (logs kept in {workdir})", file=sys.stderr)
-        return 1
-    labkit.dump(args.out, doc)
-    shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    return labkit.run_bench(args.phase, lambda w: PHASES[args.phase](w, args.quick), args.out)
 
 
 if __name__ == "__main__":

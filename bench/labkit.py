@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
+import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,3 +356,21 @@ def agent_port() -> int:
 
 def dump(path: Path, doc: dict[str, Any]) -> None:
     path.write_text(json.dumps(doc, indent=2, default=str))
+
+
+def run_bench(name: str, measure: Callable[[Path], Coroutine[Any, Any, dict[str, Any]]],
+              out: Path) -> int:
+    """Run one benchmark in a fresh work directory and write its JSON to ``out``: the
+    figures with ``ok`` true, or the error with the logs kept (exit 1)."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"edgeheal-bench-{name}-"))
+    try:
+        doc = asyncio.run(measure(workdir))
+        doc["ok"] = True
+    except (TimeoutError, RuntimeError, OSError, KeyError) as err:
+        doc = {"ok": False, "error": f"{type(err).__name__}: {err}", "workdir": str(workdir)}
+        dump(out, doc)
+        print(f"{name}: {doc['error']} (logs kept in {workdir})", file=sys.stderr)
+        return 1
+    dump(out, doc)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return 0

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -118,18 +116,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clutter", type=int, default=24, help="veth pairs per edge")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)  # unwinds through world.close()
-    workdir = Path(tempfile.mkdtemp(prefix="edgeheal-bench-uplink-cost-"))
-    try:
-        doc = asyncio.run(measure(workdir, args.quick, args.clutter))
-        doc["ok"] = True
-    except (TimeoutError, RuntimeError, OSError, KeyError) as err:
-        doc = {"ok": False, "error": f"{type(err).__name__}: {err}", "workdir": str(workdir)}
-        labkit.dump(args.out, doc)
-        print(f"uplink-cost: {doc['error']} (logs kept in {workdir})", file=sys.stderr)
-        return 1
-    labkit.dump(args.out, doc)
-    shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    return labkit.run_bench("uplink-cost", lambda w: measure(w, args.quick, args.clutter), args.out)
 
 
 if __name__ == "__main__":
