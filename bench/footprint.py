@@ -86,8 +86,8 @@ def main() -> None:
             "python": round(import_floor(["sys"]), 1),
             "aiohttp+prometheus_client+pyroute2+paho": round(import_floor(
                 ["aiohttp", "prometheus_client", "pyroute2", "paho.mqtt.client"]), 1),
-            "edgeheal.agent (spine only)": round(import_floor(["edgeheal.agent",
-                                                               "edgeheal.http"]), 1),
+            "edgeheal.agent.supervisor (spine only)": round(import_floor(
+                ["edgeheal.agent.supervisor", "edgeheal.agent.endpoints"]), 1),
         }}, indent=2))
 
 

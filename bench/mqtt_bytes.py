@@ -50,10 +50,10 @@ def _counter(ns: str | None) -> tuple[int, int]:
 
 async def _inner(args: argparse.Namespace) -> dict[str, Any]:
     """Runs inside the namespace: the workload, with counter readings around it."""
+    from edgeheal.boundaries.mqtt import probe  # noqa: PLC0415
+    from edgeheal.boundaries.mqtt.link import Link  # noqa: PLC0415
+    from edgeheal.boundaries.mqtt.transport import TlsResumption  # noqa: PLC0415
     from edgeheal.config import MqttTarget  # noqa: PLC0415
-    from edgeheal.mqtt import probe  # noqa: PLC0415
-    from edgeheal.mqtt.link import Link  # noqa: PLC0415
-    from edgeheal.mqtt.transport import TlsResumption  # noqa: PLC0415
 
     base = dict(name="bench", host="127.0.0.1", port=args.port, username="edge",
                 password_file=args.password_file, timeout=5.0)

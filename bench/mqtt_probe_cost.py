@@ -40,10 +40,10 @@ def _paho_blocking_probe(host: str, port: int, user: str, password: str) -> floa
 
 
 async def _run(probes: int) -> dict[str, Any]:
+    from edgeheal.boundaries.mqtt import probe  # noqa: PLC0415
     from edgeheal.config import MqttTarget  # noqa: PLC0415
     from edgeheal.lab.mosquitto import Mosquitto  # noqa: PLC0415
     from edgeheal.lab.netns import Sandbox  # noqa: PLC0415
-    from edgeheal.mqtt import probe  # noqa: PLC0415
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, Sandbox() as sb:

@@ -2,7 +2,8 @@
 
     python bench/offload.py [--repeats N] [--out docs/bench-offload.md]   (as root)
 
-Makes a namespace with a veth pair, runs :class:`edgeheal.enforce.Enforcer` (the agent's
+Makes a namespace with a veth pair, runs :class:`edgeheal.checks.offload.enforcer.Enforcer` (the
+agent's
 reconciler) in-process against it, then N times each:
 
 - *re-created*: delete ``wwan0`` and add it again (a modem re-enumerating; the new veth
@@ -31,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from edgeheal.enforce import Enforcer
+from edgeheal.checks.offload.enforcer import Enforcer
 from edgeheal.lab import netns
 from edgeheal.model import Event
 

@@ -54,9 +54,9 @@ import labkit
 import readiness
 import wireguard as wgbench
 
-from edgeheal import validation
+from edgeheal import settings as validation
+from edgeheal.boundaries.wg.health import thresholds
 from edgeheal.lab.world import KEEPALIVE
-from edgeheal.wg.health import thresholds
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "docs" / "benchmarks.md"
@@ -151,8 +151,8 @@ async def run_all(quick: bool, tmp: Path) -> dict[str, Any]:
         "python": footprint.import_floor(["sys"]),
         "runtime deps (aiohttp, prometheus_client, pyroute2, paho)": footprint.import_floor(
             ["aiohttp", "prometheus_client", "pyroute2", "paho.mqtt.client"]),
-        "edgeheal.agent + edgeheal.http": footprint.import_floor(
-            ["edgeheal.agent", "edgeheal.http"]),
+        "edgeheal.agent.supervisor + edgeheal.agent.endpoints": footprint.import_floor(
+            ["edgeheal.agent.supervisor", "edgeheal.agent.endpoints"]),
     }
     reads = 50 if quick else 300
     res["read_cost"] = await wgbench.read_cost(reads)

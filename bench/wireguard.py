@@ -38,12 +38,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from edgeheal import debounce, validation
+from edgeheal import settings as validation
+from edgeheal.boundaries.wg import read_device
+from edgeheal.boundaries.wg.health import thresholds
 from edgeheal.checks.wireguard import WireguardCheck
+from edgeheal.core import debounce
 from edgeheal.lab.wireguard import WgMesh
 from edgeheal.model import CheckResult, CheckStatus, Context, State
-from edgeheal.wg import read_device
-from edgeheal.wg.health import thresholds
 
 INTERVAL = 1.0
 OUT = Path(__file__).resolve().parents[1] / "docs" / "bench-wireguard.md"

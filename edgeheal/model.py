@@ -2,7 +2,7 @@
 
 Defined once, frozen, and used everywhere. A check *observes* and returns a
 :class:`CheckResult`; the supervisor debounces results into a :class:`CheckStatus`
-(see :mod:`edgeheal.debounce`); the agent publishes one immutable :class:`Snapshot`
+(see :mod:`edgeheal.core.debounce`); the agent publishes one immutable :class:`Snapshot`
 of all statuses, and everything else (HTTP, metrics, alerts, remediation) reads
 that snapshot and nothing else.
 """
@@ -217,7 +217,7 @@ class AlertLinkState(Protocol):
 class AlertLink(Protocol):
     """The kept-open connection to ``[alerts] target`` as a check reads it.
 
-    The agent builds it once (:class:`edgeheal.mqtt.link.Link`) and the alert engine runs
+    The agent builds it once (:class:`edgeheal.boundaries.mqtt.link.Link`) and the alert engine runs
     it; the target's check only reads its state, so it needs no MQTT of its own."""
 
     @property

@@ -2,7 +2,7 @@
 
 A check only *observes*: ``run()`` returns a :class:`~edgeheal.model.CheckResult` and never
 sleeps for its own cadence, debounces, alerts or remediates — the supervisor
-(:mod:`edgeheal.agent`) times it, enforces its timeout, debounces its result, records
+(:mod:`edgeheal.agent.supervisor`) times it, enforces its timeout, debounces its result, records
 duration and success, and publishes the snapshot. A check that also needs a long-running
 task (the offload enforcer's link-event listener, the alert connection) exposes
 ``serve()``; the supervisor runs it as a named, supervised task next to the check.

@@ -3,18 +3,18 @@
 Why per path: in the field incident the host reached the cloud broker while the containers
 did not, because the container path runs through Flannel's WireGuard tunnel and the host
 path does not. A ``tunnel`` target and a ``direct`` target side by side turn that
-difference into a diagnosis (:mod:`edgeheal.paths`).
+difference into a diagnosis (:mod:`edgeheal.core.path_verdict`).
 
 Two ways of observing, both free of threads and subprocesses:
 
 - an ordinary target is probed every ``interval`` (default 60 s): one CONNECT answered by
-  CONNACK, then DISCONNECT (:func:`edgeheal.mqtt.probe`); with TLS the session is resumed
+  CONNACK, then DISCONNECT (:func:`edgeheal.boundaries.mqtt.probe`); with TLS the session is resumed
   from the previous probe, which keeps the bytes per probe small. Frugal in health, quick
   in doubt: after a failed probe (or while the target is not ok) the agent re-probes
   after ``retry_interval`` (2 s) rather than ``interval``, so ``fail_after`` and
   ``recover_after`` are reached in seconds; and the WireGuard check, when its counters
   raise a suspicion, asks for the tunnel-path probe at once (``Context.hasten``). The
-  scheduling is the agent's (:func:`edgeheal.agent.next_due`); the reasoning behind the
+  scheduling is the agent's (:func:`edgeheal.agent.supervisor.next_due`); the reasoning behind the
   defaults is in ``docs/mqtt.md``;
 - the ``[alerts] target`` is never probed: its kept-open connection
   (``Context.alert_link``, built once by the agent and run by the alert engine) already
@@ -55,9 +55,9 @@ from edgeheal.checks import Check, Registration, register
 from edgeheal.model import CheckResult, Context, Kind, State
 
 if TYPE_CHECKING:
+    from edgeheal.boundaries.mqtt import ProbeResult
     from edgeheal.config import CheckSettings, Config, MqttTarget
     from edgeheal.model import AlertLink
-    from edgeheal.mqtt import ProbeResult
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,8 @@ class MqttProbeCheck:
         self._resume: Any = None
 
     async def run(self) -> CheckResult:
-        from edgeheal.mqtt import probe  # noqa: PLC0415 - the boundary on demand
-        from edgeheal.mqtt.transport import TlsResumption  # noqa: PLC0415
+        from edgeheal.boundaries.mqtt import probe  # noqa: PLC0415 - the boundary on demand
+        from edgeheal.boundaries.mqtt.transport import TlsResumption  # noqa: PLC0415
 
         if self._resume is None and self.target.tls:
             self._resume = TlsResumption()
@@ -192,7 +192,7 @@ def _validate(config: Config) -> None:
         seen[target.name] = key
         if not target.host:
             raise ConfigError(f"{key}.host", "is required")
-        from edgeheal.mqtt import client_id, host_problem, string_problem  # noqa: PLC0415
+        from edgeheal.boundaries.mqtt import client_id, host_problem, string_problem  # noqa: PLC0415
         if (problem := host_problem(target.host)) is not None:
             raise ConfigError(f"{key}.host", problem)
         if (problem := string_problem(client_id(target, config.node))) is not None:

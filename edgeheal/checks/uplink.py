@@ -3,17 +3,19 @@
 Why: a large share of edge outages are a *stuck modem* — link, address, registration and
 signal all fine, an active bearer, and yet no packet gets through (a stale data session, a
 PDP context the network dropped silently, a firmware hang). The uplink ladder
-(:mod:`edgeheal.uplink`) may act on that, and on nothing else; so this check tells it apart
-from the cases where nothing local helps (no coverage) or where the modem's manager is
+(:mod:`edgeheal.core.uplink_ladder`) may act on that, and on nothing else; so this check tells it
+apart from the cases where nothing local helps (no coverage) or where the modem's manager is
 already at work (no address, no route, the link gone). It observes only, from its own
 evidence (checks do not read the snapshot):
 
-- the uplink interfaces (:mod:`edgeheal.ifstate`): operational state and carrier, global
+- the uplink interfaces (:mod:`edgeheal.boundaries.kernel.interfaces`): operational state and
+carrier, global
   addresses, the default route, the rx packet counter — from sysfs plus a netlink read
   (see "Cost" below);
 - the optional second direct-path probe (``[uplink] probe``, one TCP handshake): an answer
   means traffic passes, whatever the counters say;
-- the modem over ModemManager's D-Bus API (:mod:`edgeheal.modem`), when enabled and
+- the modem over ModemManager's D-Bus API (:mod:`edgeheal.boundaries.modemmanager`), when enabled
+and
   running: registration, signal quality, whether its bearer is connected.
 
 *Silence* is "nothing passed for ``window``": the probe failing for that long, or without a
@@ -78,9 +80,9 @@ from edgeheal.checks import Check, Registration, register
 from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
 
 if TYPE_CHECKING:
+    from edgeheal.boundaries.kernel.interfaces import Interface
+    from edgeheal.boundaries.modemmanager import Modem
     from edgeheal.config import CheckSettings, Config, UplinkSettings
-    from edgeheal.ifstate import Interface
-    from edgeheal.modem import Modem
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +224,7 @@ class UplinkCheck:
     async def _interfaces(self, now: float) -> tuple[Interface, ...]:
         """The uplink interfaces: from sysfs plus the last netlink read's addresses and
         routes when nothing moved, else a fresh netlink read (see the module docstring)."""
-        from edgeheal import ifstate  # noqa: PLC0415 - pyroute2 only with the check on
+        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415 - pyroute2 only with the check on
 
         root = (None if self.netns else ifstate.SYSFS) if self._sysfs == "auto" \
             else self._sysfs
@@ -246,7 +248,7 @@ class UplinkCheck:
         return interfaces
 
     async def run(self) -> CheckResult:
-        from edgeheal import ifstate  # noqa: PLC0415
+        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415
 
         now = self.ctx.clock()
         interfaces = await self._interfaces(now)
@@ -278,7 +280,7 @@ class UplinkCheck:
     async def _modem(self, names: set[str]) -> tuple[Modem | None, str]:
         if not self.uplink.modem_manager:
             return None, ""
-        from edgeheal.modem import ModemError, ModemManager  # noqa: PLC0415
+        from edgeheal.boundaries.modemmanager import ModemError, ModemManager  # noqa: PLC0415
 
         if self._mm is None:
             self._mm = ModemManager(self.uplink.dbus_address or None,

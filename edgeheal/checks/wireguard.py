@@ -2,7 +2,7 @@
 
 Flannel never checks its WireGuard peers (its ``/healthz`` always says OK), and the usual
 "handshake older than 3-5 minutes" alarm fires minutes after the tunnel died. This check
-reads every peer of each configured interface (:mod:`edgeheal.wg`, no ``wg`` subprocess),
+reads every peer of each configured interface (:mod:`edgeheal.boundaries.wg`, no ``wg`` subprocess),
 keeps a little history per peer on the monotonic clock, and classifies each peer with the
 protocol's own timers (REKEY_AFTER_TIME 120 s, REKEY_TIMEOUT 5 s, REJECT_AFTER_TIME 180 s)
 and the peer's persistent-keepalive interval *K*.
@@ -26,7 +26,7 @@ Reasons (closed table; each maps to exactly one state)::
                                  flat for K + 15 s while only its keepalives arrive: a
                                  keepalive was due and could not leave; detail.cause says
                                  why (no_route, link_down, no_address, local,
-                                 no_endpoint, unknown: edgeheal.wg.egress)
+                                 no_endpoint, unknown: edgeheal.boundaries.wg.egress)
     dead               failed    handshake older than dead_after (auto: 180 s + K): the
                                  session is refused by both ends
     never_connected    failed    no handshake ever, connect_grace after the peer appeared
@@ -62,7 +62,7 @@ Metrics: per peer, ``edgeheal_wireguard_handshake_age_seconds``, ``..._receive_b
 ``[metrics] all_peers = true`` (a full mesh is N-1 peers on every node).
 
 The per-peer judgement (history on the monotonic clock, thresholds, reasons) is the pure
-health model in :mod:`edgeheal.wg.health`, shared with ``edgeheal diagnose``; this module
+health model in :mod:`edgeheal.boundaries.wg.health`, shared with ``edgeheal diagnose``; this module
 reads the devices, chooses the watched peers, keeps the history between runs, and turns
 the peers' reasons into one result, log lines and metrics.
 """
@@ -78,9 +78,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
-from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
-from edgeheal.wg.egress import Egress
-from edgeheal.wg.health import (
+from edgeheal.boundaries.wg.egress import Egress
+from edgeheal.boundaries.wg.health import (
     REASONS,
     PeerHistory,
     classify,
@@ -89,7 +88,7 @@ from edgeheal.wg.health import (
     suspicion,
     thresholds,
 )
-from edgeheal.wg.model import (
+from edgeheal.boundaries.wg.readings import (
     DeviceStats,
     NoSuchDevice,
     PermissionDenied,
@@ -97,6 +96,7 @@ from edgeheal.wg.model import (
     endpoint_address,
     is_public_key,
 )
+from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -208,7 +208,7 @@ class PeerView:
 
 
 Reader = Callable[[str], Any]
-"""``async (ifname) -> DeviceStats`` raising :class:`edgeheal.wg.WireGuardError`."""
+"""``async (ifname) -> DeviceStats`` raising :class:`edgeheal.boundaries.wg.WireGuardError`."""
 
 
 class WireguardCheck:
@@ -235,7 +235,7 @@ class WireguardCheck:
         self.settings: CheckSettings = ctx.config.wireguard
         self._settings: WireguardSettings = ctx.config.wireguard
         self._reader = reader
-        # Epoch seconds, only to place a reported handshake (see edgeheal.wg.health).
+        # Epoch seconds, only to place a reported handshake (see edgeheal.boundaries.wg.health).
         self._wall = wall or (lambda: ctx.wall().timestamp())
         self._history: dict[tuple[str, str], PeerHistory] = {}
         self._views: tuple[PeerView, ...] = ()
@@ -283,7 +283,7 @@ class WireguardCheck:
         if self._reader is not None:
             result: DeviceStats = await self._reader(ifname)
             return result
-        from edgeheal.wg import read_device  # noqa: PLC0415
+        from edgeheal.boundaries.wg import read_device  # noqa: PLC0415
 
         return await read_device(ifname)
 

@@ -13,7 +13,7 @@ edgeheal's but the standard library. Its jobs, one module each:
 :func:`load`/:func:`loads` here parse and apply the generic rules only. Each check and
 remedy module has rules of its own (an MQTT target's port, the unit a remedy may restart);
 they sit above this layer, so the loader that also runs them is
-:func:`edgeheal.validation.load`, which everything that loads a config for real use calls.
+:func:`edgeheal.settings.load`, which everything that loads a config for real use calls.
 Every problem is a :class:`ConfigError` naming the file and the key path; the CLI turns it
 into exit status 2, which the systemd unit's ``RestartPreventExitStatus=2`` honours, so a
 bad config never loops.

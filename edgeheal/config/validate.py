@@ -8,7 +8,7 @@ to a file. Check sections are found by type (any
 new check gets ``fail_after``/``timeout``/... checked without being named here; file paths
 are found by their ``file`` mark the same way. A rule that concerns one check or one remedy
 (an MQTT target's port, a WireGuard peer key, the unit the ``k3s-service`` remedy may
-restart) is that module's ``validate`` hook, run by :mod:`edgeheal.validation`; this package
+restart) is that module's ``validate`` hook, run by :mod:`edgeheal.settings`; this package
 knows nothing of them.
 
 Why these rules (issue 17): ``node_name`` is a Kubernetes node name in API paths and field
@@ -43,8 +43,8 @@ mosquitto refuse them)."""
 UNIX_PATH_MAX = 107
 """Longest unix socket path, bytes (``sun_path`` is 108 with its NUL)."""
 CONTROL_SOCKET = "/control.sock"
-"""The control socket under ``state_dir`` (``edgeheal.control.SOCKET_NAME``; a test keeps
-the two in step: this package may not import the control boundary)."""
+"""The control socket under ``state_dir`` (``edgeheal.boundaries.control_socket.SOCKET_NAME``; a
+test keeps the two in step: this package may not import the control boundary)."""
 
 
 def validate(config: Config) -> None:

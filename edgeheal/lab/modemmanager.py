@@ -3,8 +3,8 @@
 Why a stand-in: the real ``ModemManager`` daemon installs and runs in the tests (it is
 started on a private bus to prove discovery copes with "no modem"), but it manages real
 modems only — there is no modem to give it here. So the lab serves the subset of
-ModemManager's D-Bus API that :mod:`edgeheal.modem` uses, with ModemManager's names, object
-paths, signatures and error names, on a real ``dbus-daemon``
+ModemManager's D-Bus API that :mod:`edgeheal.boundaries.modemmanager` uses, with ModemManager's
+names, object paths, signatures and error names, on a real ``dbus-daemon``
 (:func:`edgeheal.lab.systemd_bus.start_system_bus` with :data:`BUS_POLICY`: ModemManager's
 own bus policy, reduced to what is used):
 
@@ -57,8 +57,7 @@ from dbus_fast.annotations import (
 )
 from dbus_fast.service import ServiceInterface, dbus_method, dbus_property, dbus_signal
 
-from edgeheal.lab.standin import BusStandIn
-from edgeheal.modem import (
+from edgeheal.boundaries.modemmanager import (
     BEARER_IFACE,
     BEARER_PREFIX,
     MODEM_3GPP_IFACE,
@@ -71,6 +70,7 @@ from edgeheal.modem import (
     SERVICE,
     SIMPLE_IFACE,
 )
+from edgeheal.lab.standin import BusStandIn
 
 log = logging.getLogger(__name__)
 

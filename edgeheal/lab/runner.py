@@ -250,7 +250,7 @@ class Scenario:
     """False: the scenario starts the agents itself (e.g. after showing the fault)."""
     modem: bool = False
     """The uplinks are modems behind a stand-in ModemManager; the agents run the uplink
-    check and ladder (edgeheal.lab.uplinklab)."""
+    check and ladder (edgeheal.lab.modems)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,

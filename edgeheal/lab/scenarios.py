@@ -7,7 +7,7 @@ subscriber, the collector's counters, the cloud kernel's ``InCsumErrors``).
 
 from __future__ import annotations
 
-from edgeheal.lab import uplinklab
+from edgeheal.lab import modems as uplinklab
 from edgeheal.lab.runner import Expectation, Lab, Scenario
 from edgeheal.lab.world import Edge
 

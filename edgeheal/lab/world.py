@@ -178,7 +178,7 @@ class World:
             self._start_collector(edge)
         self._tasks.append(asyncio.create_task(self._flannel_watch(), name="lab.flannel"))
         if self.modem:
-            from edgeheal.lab.uplinklab import start_modem  # noqa: PLC0415
+            from edgeheal.lab.modems import start_modem  # noqa: PLC0415
 
             for edge in self.edges:
                 self.modems[edge.name] = await start_modem(self, edge)
@@ -431,7 +431,7 @@ mode = "{remediation}"
     def _uplink_config(self, edge: Edge) -> str:
         if not edge.modem_bus:
             return ""
-        from edgeheal.lab.uplinklab import uplink_config  # noqa: PLC0415
+        from edgeheal.lab.modems import uplink_config  # noqa: PLC0415
 
         return uplink_config(edge, field=self.field)
 

@@ -1,6 +1,6 @@
 """Remedies: actors that restart Flannel, one module per way of doing it, one registry.
 
-The pure policy (:mod:`edgeheal.policy`) decides *whether* to act; a remedy only knows
+The pure policy (:mod:`edgeheal.core.flannel_ladder`) decides *whether* to act; a remedy only knows
 *how*: ``pod`` deletes this node's Flannel pod through the Kubernetes API, ``k3s-service``
 restarts the k3s/k3s-agent unit over systemd's D-Bus API. Each boundary error is turned
 into :class:`RemedyError` with ``config_problem=True`` when a human must fix permissions or
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from edgeheal.boundaries.kube import KubeClient
     from edgeheal.config import Config
-    from edgeheal.kube import KubeClient
 
 BUILTIN = ("pod", "k3s_service", "modem_reconnect", "link_bounce", "usb_reauthorize",
            "reboot")

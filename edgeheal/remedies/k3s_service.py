@@ -32,7 +32,7 @@ that is still ambiguous, the remedy is not usable and says to set ``unit``.
 
 The bus is the system bus (``$DBUS_SYSTEM_BUS_ADDRESS`` or
 ``unix:path=/run/dbus/system_bus_socket``; tests pass their own address), reached through
-:mod:`edgeheal.dbus` (which imports dbus-fast only when used). One connection per probe or
+:mod:`edgeheal.boundaries.bus` (which imports dbus-fast only when used). One connection per probe or
 restart: remedies are rare, and a fresh connection survives a restarted dbus-daemon.
 
 Registered (at the bottom) as mode ``k3s-service``: it owns the ``[remediation.service]``
@@ -52,7 +52,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgeheal.dbus import (
+from edgeheal.boundaries.bus import (
     DBUS,
     DBUS_PATH,
     NO_LIBRARY,

@@ -4,11 +4,11 @@ Why second: when a new data session did not help (or ModemManager is not there),
 the link down and up makes the modem's driver (qmi_wwan, cdc_mbim, cdc_ether) and the
 kernel drop and rebuild the interface's state — queues, neighbour entries, the routes the
 manager re-adds — without touching USB. It is ``ip link set dev wwan0 down; sleep 2;
-ip link set dev wwan0 up`` done over rtnetlink (:func:`edgeheal.ifstate.bounce`, the
-light pyroute2 socket), no subprocess; the link is set up again even if the agent is
-stopped mid-bounce. Only the interfaces matching ``[uplink] interfaces`` that exist now
-are bounced. Privilege: ``CAP_NET_ADMIN`` (the unit already grants it to the offload
-enforcer).
+ip link set dev wwan0 up`` done over rtnetlink
+(:func:`edgeheal.boundaries.kernel.interfaces.bounce`, the light pyroute2 socket), no subprocess;
+the link is set up again even if the agent is stopped mid-bounce. Only the interfaces matching
+``[uplink] interfaces`` that exist now are bounced. Privilege: ``CAP_NET_ADMIN`` (the unit already
+grants it to the offload enforcer).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class LinkBounce:
         self.netns, self.down_for = netns, down_for
 
     async def _names(self) -> list[str]:
-        from edgeheal import ifstate  # noqa: PLC0415 - pyroute2, lazily
+        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415 - pyroute2, lazily
 
         try:
             found = await ifstate.read(self.patterns, netns=self.netns)
@@ -59,7 +59,7 @@ class LinkBounce:
         return Availability(True, f"bounces {', '.join(names)} over rtnetlink")
 
     async def restart(self) -> Outcome:
-        from edgeheal import ifstate  # noqa: PLC0415
+        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415
 
         names = await self._names()
         for name in names:

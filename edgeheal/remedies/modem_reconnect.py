@@ -5,8 +5,8 @@ modem) is the commonest stuck modem, and a new session is the gentlest cure — 
 flap for the kernel, no USB re-enumeration. It is what ``mmcli -m X --simple-disconnect``
 then ``--simple-connect`` with the old settings does: ModemManager's ``Simple.Disconnect``
 of the bearer, then ``Simple.Connect`` with *the bearer's own properties*
-(:meth:`edgeheal.modem.ModemManager.reconnect`), so the APN and credentials are the
-operator's, never ours (and never logged).
+(:meth:`edgeheal.boundaries.modemmanager.ModemManager.reconnect`), so the APN and credentials are
+the operator's, never ours (and never logged).
 
 **Never fight the manager that owns the modem.** Where NetworkManager runs, it owns the
 modem's connection (it drives ModemManager itself and re-activates its own profile when a
@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from edgeheal.dbus import PROPERTIES, BusError, connect, system_address
-from edgeheal.names import matches
+from edgeheal.base.ifglob import matches
+from edgeheal.boundaries.bus import PROPERTIES, BusError, connect, system_address
 from edgeheal.remedies import (
     UPLINK,
     Availability,
@@ -39,8 +39,8 @@ from edgeheal.remedies import (
 )
 
 if TYPE_CHECKING:
+    from edgeheal.boundaries.modemmanager import Bearer, Modem
     from edgeheal.config import Config
-    from edgeheal.modem import Bearer, Modem
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +95,13 @@ class ModemReconnect:
 
     def manager(self) -> Any:
         if self._manager is None:
-            from edgeheal.modem import ModemManager  # noqa: PLC0415 - dbus-fast, lazily
+            from edgeheal.boundaries.modemmanager import ModemManager  # noqa: PLC0415 - dbus-fast, lazily
 
             self._manager = ModemManager(self.address or None)
         return self._manager
 
     async def _target(self) -> tuple[Modem, Bearer]:
-        from edgeheal.modem import ModemError  # noqa: PLC0415
+        from edgeheal.boundaries.modemmanager import ModemError  # noqa: PLC0415
 
         try:
             modems = await self.manager().modems()
@@ -132,7 +132,7 @@ class ModemReconnect:
                             f"({bearer.interface or 'no interface'}) via ModemManager")
 
     async def restart(self) -> Outcome:
-        from edgeheal.modem import ModemError  # noqa: PLC0415
+        from edgeheal.boundaries.modemmanager import ModemError  # noqa: PLC0415
 
         modem, bearer = await self._target()
         try:

@@ -7,7 +7,7 @@ the manual fix of the incident, done through the API with the least privilege.
 
 Safety: the pod is found with the label selector *and* ``fieldSelector=spec.nodeName=<this
 node>``; exactly one must match (two means a rollout is in progress: refuse, the DaemonSet
-is already replacing it). :meth:`edgeheal.kube.KubeClient.delete_pod` re-reads the pod,
+is already replacing it). :meth:`edgeheal.boundaries.kube.KubeClient.delete_pod` re-reads the pod,
 checks node and uid again and deletes with ``preconditions.uid``; a pod already Terminating
 (a graceful deletion lists it for its grace period) is never deleted again: when it is the
 node's only one, the remedy just waits for its replacement. Then the remedy waits
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from edgeheal.kube import KubeConflict, KubeError, KubeNotFound, KubePermissionError
+from edgeheal.boundaries.kube import KubeConflict, KubeError, KubeNotFound, KubePermissionError
 from edgeheal.remedies import (
     Availability,
     Needs,
@@ -38,8 +38,8 @@ from edgeheal.remedies import (
 )
 
 if TYPE_CHECKING:
+    from edgeheal.boundaries.kube import KubeClient, Pod
     from edgeheal.config import Config, PodRemedySettings
-    from edgeheal.kube import KubeClient, Pod
 
 MODE = "pod"
 NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")

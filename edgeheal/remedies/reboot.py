@@ -4,7 +4,7 @@ Why a reboot at all: a modem that does not come back from a re-authorized USB de
 whose USB controller hangs) is what field engineers drive out to power-cycle. Why so
 guarded: a reboot takes every workload down. So: off unless ``[remediation.uplink] reboot
 = true``; at most once a day and never within ``startup_grace`` of boot (the ladder's pure
-decision, :mod:`edgeheal.uplink`); and the alert saying so is committed to the durable
+decision, :mod:`edgeheal.core.uplink_ladder`); and the alert saying so is committed to the durable
 outbox *before* the call (the actor's ``before`` hook refuses the reboot when the outbox
 cannot take it), so the cloud learns why the node went away once it is back.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgeheal.dbus import BusError, connect, system_address
+from edgeheal.boundaries.bus import BusError, connect, system_address
 from edgeheal.remedies import (
     UPLINK,
     Availability,

@@ -55,7 +55,7 @@ class UsbReauthorize:
     async def _path(self) -> Path:
         name = self.device
         if name == "modem":
-            from edgeheal.modem import ModemError, ModemManager  # noqa: PLC0415
+            from edgeheal.boundaries.modemmanager import ModemError, ModemManager  # noqa: PLC0415
 
             if self._mm is None:
                 self._mm = ModemManager(self.address or None)

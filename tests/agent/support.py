@@ -13,8 +13,9 @@ import aiohttp
 import jsonschema
 from referencing import Registry, Resource
 
-from edgeheal import config, http
-from edgeheal.agent import Agent
+from edgeheal import config
+from edgeheal.agent import endpoints as http
+from edgeheal.agent.supervisor import Agent
 from edgeheal.checks import Check
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

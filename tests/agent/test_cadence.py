@@ -1,6 +1,6 @@
 """When checks run: frugal in health, quick in doubt, and at once when another check asks.
 
-Scenarios for :func:`edgeheal.agent.next_due` (times are an injected monotonic clock):
+Scenarios for :func:`edgeheal.agent.supervisor.next_due` (times are an injected monotonic clock):
 
 1. Healthy: the next run starts ``interval`` after the last one began, nothing sooner.
 2. In doubt (a result or the effective state not ok): ``retry_interval`` after the last
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.agent import QUICK_RETRY_FOR, in_doubt, next_due
+from edgeheal.agent.supervisor import QUICK_RETRY_FOR, in_doubt, next_due
 from edgeheal.config import CheckSettings
 from edgeheal.model import CheckResult, State
 from tests.agent.fakes import ScriptedCheck, failed, ok
@@ -49,7 +49,7 @@ def test_a_fault_is_confirmed_in_seconds_and_a_recovery_seen_in_seconds() -> Non
     """Walk a probe target through a blackhole with an injected clock: 60 s interval, 5 s
     timeout, retry 2 s, fail_after 2. Healthy runs are 60 s apart; from the first failing
     probe to the second one takes timeout + retry, not another interval."""
-    from edgeheal import debounce  # noqa: PLC0415
+    from edgeheal.core import debounce  # noqa: PLC0415
 
     clock = Clock(now=0.0, start=0.0)
     status = debounce.initial("t", required=True, now=clock.now, wall=clock.wall())
@@ -89,7 +89,7 @@ def test_a_fault_is_confirmed_in_seconds_and_a_recovery_seen_in_seconds() -> Non
 
 
 def test_in_doubt_means_the_result_or_the_effective_state_is_not_ok() -> None:
-    from edgeheal import debounce  # noqa: PLC0415
+    from edgeheal.core import debounce  # noqa: PLC0415
 
     clock = Clock()
     status = debounce.initial("t", required=False, now=clock.now, wall=clock.wall())

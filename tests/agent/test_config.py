@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import config, validation
+from edgeheal import config
+from edgeheal import settings as validation
 from edgeheal.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

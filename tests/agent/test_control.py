@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgeheal import control
-from edgeheal.control import ControlError, ControlServer
+from edgeheal.boundaries import control_socket as control
+from edgeheal.boundaries.control_socket import ControlError, ControlServer
 
 
 async def test_a_registered_command_is_called_with_its_args(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Debounce scenarios, as numbered rules in edgeheal.debounce. No real time passes:
+"""Debounce scenarios, as numbered rules in edgeheal.core.debounce. No real time passes:
 ``now`` is an injected monotonic value, ``wall`` an arbitrary (even stepping) wall clock."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from edgeheal import debounce
+from edgeheal.core import debounce
 from edgeheal.model import CheckResult, CheckStatus, State
 
 OK, DEG, UNK, FAIL = State.OK, State.DEGRADED, State.UNKNOWN, State.FAILED

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from edgeheal import cli, http
+from edgeheal import cli
+from edgeheal.agent import endpoints as http
 from edgeheal.config import CheckSettings
 from edgeheal.model import State
 from tests.agent.fakes import ScriptedCheck, degraded, failed, ok
@@ -335,7 +336,7 @@ async def test_the_agent_exports_its_own_memory_and_descriptors(tmp_path: Path) 
 
 
 def test_memory_limits_are_read_from_the_cgroup(tmp_path: Path) -> None:
-    from edgeheal.metrics import SelfCollector, _cgroup_files  # noqa: PLC0415
+    from edgeheal.boundaries.prometheus import SelfCollector, _cgroup_files  # noqa: PLC0415
 
     group = tmp_path / "sys" / "system.slice" / "edgeheal.service"
     group.mkdir(parents=True)

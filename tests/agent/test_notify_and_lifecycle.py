@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from edgeheal.boundaries.sd_notify import Notifier
 from edgeheal.config import CheckSettings
-from edgeheal.notify import Notifier
 from tests.agent.fakes import ScriptedCheck, ok
 from tests.agent.support import running_agent
 

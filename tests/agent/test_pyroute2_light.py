@@ -13,7 +13,7 @@ from edgeheal.cli import runs_agent
 
 CODE = """
 import sys
-from edgeheal import _pyroute2
+from edgeheal.boundaries.kernel import pyroute2_light as _pyroute2
 _pyroute2.light()
 from pyroute2.ethtool.ioctl import IoctlEthtool
 from pyroute2.iproute.linux import AsyncIPRoute
@@ -34,18 +34,18 @@ def test_the_agent_imports_only_the_parts_it_uses_and_the_package_still_works() 
 
 RUN = """
 import sys
-import edgeheal.agent
+import edgeheal.agent.supervisor
 
 def run_forever(config):  # what the agent imports before its first round, then stop
-    import edgeheal.http
+    import edgeheal.agent.endpoints
     heavy = {"aiohttp.client", "aiohttp.connector", "aiohttp.cookiejar"}
     print(sorted(m for m in sys.modules
-                 if m in heavy or m.startswith("edgeheal.commands")) or "light-ok")
+                 if m in heavy or m.startswith("edgeheal.cli.")) or "light-ok")
     import aiohttp   # other code may still use the package's names
     print("full-ok" if aiohttp.ClientSession and "aiohttp.connector" in sys.modules
           else "full-missing")
 
-edgeheal.agent.run_forever = run_forever
+edgeheal.agent.supervisor.run_forever = run_forever
 from edgeheal.cli import main
 sys.exit(main(["--config", sys.argv[1], "run"]))
 """
@@ -73,7 +73,7 @@ def test_only_the_agent_command_skips_the_command_groups(argv: list[str], agent:
 KUBE = """
 import sys
 from edgeheal.config import KubernetesSettings
-from edgeheal.kube import KubeClient
+from edgeheal.boundaries.kube import KubeClient
 
 KubeClient(KubernetesSettings(kubeconfig=sys.argv[1]))._client()
 loaded = "lightkube.config.client_adapter" in sys.modules

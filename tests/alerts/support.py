@@ -14,8 +14,8 @@ import jsonschema
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config
+from edgeheal.boundaries.mqtt.link import Link, for_alerts
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
-from edgeheal.mqtt.link import Link, for_alerts
 from tests.support import Clock, context
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

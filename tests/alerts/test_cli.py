@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.alerts.engine import AlertEngine
-from edgeheal.control import ControlServer
+from edgeheal.agent.alerts.engine import AlertEngine
+from edgeheal.boundaries.control_socket import ControlServer
 from tests.alerts.support import harness
 
 

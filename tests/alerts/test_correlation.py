@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgeheal.alerts.engine import AlertEngine
-from edgeheal.alerts.payload import Alert
+from edgeheal.agent.alerts.engine import AlertEngine
+from edgeheal.agent.alerts.payload import Alert
 from edgeheal.model import Event, State
 from tests.alerts.support import harness, snapshot, status, validate
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from edgeheal.alerts.engine import AlertEngine
+from edgeheal.agent.alerts.engine import AlertEngine
 from edgeheal.checks import mqtt as mqtt_check
 from edgeheal.lab.mosquitto import Mosquitto
 from edgeheal.lab.netns import Sandbox

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from edgeheal.alerts import engine as engine_mod
-from edgeheal.alerts.engine import AlertEngine
-from edgeheal.alerts.kinds import KINDS
-from edgeheal.alerts.payload import Alert, UlidFactory, build, ulid_time_ms
+from edgeheal.agent.alerts import engine as engine_mod
+from edgeheal.agent.alerts.engine import AlertEngine
+from edgeheal.agent.alerts.kinds import KINDS
+from edgeheal.agent.alerts.payload import Alert, UlidFactory, build, ulid_time_ms
 from edgeheal.model import Event, State
 from tests.alerts.support import Harness, harness, snapshot, status, validate
 from tests.support import Clock

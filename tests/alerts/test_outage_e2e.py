@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from edgeheal import control
+from edgeheal.boundaries import control_socket as control
 from edgeheal.lab.mosquitto import Mosquitto
 from edgeheal.lab.netns import Sandbox, require_programs, stop_process
 from tests.alerts.support import validate

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.alerts.outbox import DROPPED_KIND, Outbox
+from edgeheal.agent.alerts.outbox import DROPPED_KIND, Outbox
 
 
 class Wall:

@@ -28,9 +28,9 @@ from typing import Any
 from scapy.arch.linux import L2ListenSocket
 from scapy.layers.inet import IP, UDP
 
-from edgeheal.diagnose import MessageType, classify
 from edgeheal.lab.nsutil import inside
 from edgeheal.lab.wireguard import PORT, WgMesh
+from edgeheal.tools.diagnose import MessageType, classify
 
 OUT = Path(__file__).parent / "fixtures" / "wireguard_messages.json"
 FLOOD = 20000

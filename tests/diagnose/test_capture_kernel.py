@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from edgeheal.diagnose import attach_filter, link_down
 from edgeheal.lab.netns import Sandbox, run
 from edgeheal.lab.nsutil import inside
+from edgeheal.tools.diagnose import attach_filter, link_down
 
 pytestmark = pytest.mark.netns
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.diagnose import (
+from edgeheal.tools.diagnose import (
     Direction,
     MessageType,
     Tally,

@@ -67,7 +67,7 @@ def test_no_tunnel_device_is_a_problem_found_exit_1(tmp_path: Path) -> None:
 
 def test_the_agent_and_the_cli_parser_never_import_scapy() -> None:
     code = ("import sys; from edgeheal.cli import build_parser; build_parser(); "
-            "import edgeheal.diagnose, edgeheal.checks; "
+            "import edgeheal.tools.diagnose, edgeheal.checks; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scapy'))")
     proc = run([sys.executable, "-c", code])
     assert proc.returncode == 0, proc.stderr

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from edgeheal.diagnose import (
+from edgeheal.boundaries.wg.readings import DeviceStats, PeerStats
+from edgeheal.tools.diagnose import (
     Code,
     Evidence,
     PeerEvidence,
@@ -23,7 +24,6 @@ from edgeheal.diagnose import (
     render,
     to_json,
 )
-from edgeheal.wg.model import DeviceStats, PeerStats
 
 KEY = "LNIoDM5YyqVqlLhbJ0vBBtqqjMs4bwn7IIqV1b8l9CE="
 OTHER_KEY = "8HY83dWFqDUp3sD3fqtiutKS1LFZZNbjxFBS4CqhqX4="

@@ -4,7 +4,7 @@ clock state injected (``EDGEHEAL_TEST_CLOCK=synced|unsynced``).
 The end-to-end tests run the real command in a lab namespace; the one thing they cannot
 arrange for real is the host's NTP status (changing the host's clock is never an option,
 and this machine's kernel reports it unsynchronized), so only the adjtimex reader is
-replaced, before the command builds its :class:`~edgeheal.doctor.system.System`.
+replaced, before the command builds its :class:`~edgeheal.tools.doctor.system.System`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 
 from edgeheal import cli
-from edgeheal.doctor import system
+from edgeheal.tools.doctor import system
 from tests.doctor.support import SYNCED, UNSYNCED
 
 if __name__ == "__main__":

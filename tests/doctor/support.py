@@ -1,4 +1,4 @@
-"""Fakes for the doctor's :class:`~edgeheal.doctor.system.System`: recorded links, routes,
+"""Fakes for the doctor's :class:`~edgeheal.tools.doctor.system.System`: recorded links, routes,
 devices and clock states, so each check runs against data and not this machine."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeheal.boundaries.wg.readings import DeviceStats, NoSuchDevice, PeerStats
 from edgeheal.config import Config
-from edgeheal.doctor.system import KernelClock, Link, NoBus, Route, System
-from edgeheal.validation import loads
-from edgeheal.wg.model import DeviceStats, NoSuchDevice, PeerStats
+from edgeheal.settings import loads
+from edgeheal.tools.doctor.system import KernelClock, Link, NoBus, Route, System
 
 CLOUD = "Y2xvdWQtcHVibGljLWtleS0wMDAwMDAwMDAwMDAwMDA="
 NEIGHBOUR = "bmVpZ2hib3VyLXB1YmxpYy1rZXktMDAwMDAwMDAwMDA="

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeheal.alerts.outbox import Outbox
-from edgeheal.doctor import clock, state
-from edgeheal.doctor.finding import Result
-from edgeheal.doctor.system import STA_UNSYNC, KernelClock, kernel_clock
+from edgeheal.agent.alerts.outbox import Outbox
+from edgeheal.tools.doctor import clock, state
+from edgeheal.tools.doctor.finding import Result
+from edgeheal.tools.doctor.system import STA_UNSYNC, KernelClock, kernel_clock
 from tests.doctor.support import NOW, SYNCED, UNSYNCED, config, edge
 
 

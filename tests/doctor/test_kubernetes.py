@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.doctor import kubernetes
-from edgeheal.doctor.finding import Result
 from edgeheal.lab.kubeapi import FakeKube
+from edgeheal.tools.doctor import kubernetes
+from edgeheal.tools.doctor.finding import Result
 from tests.doctor.support import config, edge
 
 NS = "kube-flannel"

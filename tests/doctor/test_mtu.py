@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from edgeheal.doctor import mtu, wireguard
-from edgeheal.doctor.finding import Finding, Result
-from edgeheal.doctor.system import Route
+from edgeheal.tools.doctor import mtu, wireguard
+from edgeheal.tools.doctor.finding import Finding, Result
+from edgeheal.tools.doctor.system import Route
 from tests.doctor.support import TUNNEL_CONFIG, Node, config, edge, peer
 
 

@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from edgeheal import doctor
-from edgeheal.doctor import offload, reach
-from edgeheal.doctor.finding import Result, fail, ok, skip, warn
-from edgeheal.ethtool import Feature
-from edgeheal.mqtt import ProbeResult
+from edgeheal.boundaries.kernel.ethtool import Feature
+from edgeheal.boundaries.mqtt import ProbeResult
+from edgeheal.tools import doctor
+from edgeheal.tools.doctor import offload, reach
+from edgeheal.tools.doctor.finding import Result, fail, ok, skip, warn
 from tests.agent.support import validate
 from tests.doctor.support import config, edge
 from tests.offload.helpers import FixtureSource, fixture

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from edgeheal.doctor import k3s_service, service
-from edgeheal.doctor.finding import Result
-from edgeheal.doctor.system import NoBus, unit_properties
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import FakeSystemd, start_system_bus
+from edgeheal.tools.doctor import k3s_service, service
+from edgeheal.tools.doctor.finding import Result
+from edgeheal.tools.doctor.system import NoBus, unit_properties
 from tests.doctor.support import config, edge
 
 SHIPPED_RULE = Path(__file__).resolve().parents[2] / "systemd/50-edgeheal-k3s-restart.rules"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.doctor import wireguard
-from edgeheal.doctor.finding import Result
-from edgeheal.doctor.system import Route
+from edgeheal.tools.doctor import wireguard
+from edgeheal.tools.doctor.finding import Result
+from edgeheal.tools.doctor.system import Route
 from tests.doctor.support import CLOUD, NEIGHBOUR, TUNNEL_CONFIG, config, edge
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import control
+from edgeheal.boundaries import control_socket as control
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from edgeheal.lab.netns import Sandbox
 

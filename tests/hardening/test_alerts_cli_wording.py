@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.alerts.engine import AlertEngine
-from edgeheal.control import ControlServer
+from edgeheal.agent.alerts.engine import AlertEngine
+from edgeheal.boundaries.control_socket import ControlServer
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from tests.alerts.support import harness
 from tests.mqtt.conftest import USER, broker  # noqa: F401 - the fixture

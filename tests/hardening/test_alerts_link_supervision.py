@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import validation
-from edgeheal.alerts import engine as engine_module
-from edgeheal.alerts.engine import AlertEngine
+from edgeheal import settings as validation
+from edgeheal.agent.alerts import engine as engine_module
+from edgeheal.agent.alerts.engine import AlertEngine
+from edgeheal.boundaries.mqtt import transport
+from edgeheal.boundaries.mqtt.link import Link
 from edgeheal.config import ConfigError, MqttTarget
-from edgeheal.mqtt import transport
-from edgeheal.mqtt.link import Link
 from tests.alerts.support import harness
 from tests.support import until
 

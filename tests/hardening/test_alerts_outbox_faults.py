@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.alerts.engine import OUTBOX_FILE, AlertEngine
-from edgeheal.alerts.outbox import MEMORY_MAX, Outbox, classify
-from edgeheal.alerts.payload import Alert
+from edgeheal.agent.alerts.engine import OUTBOX_FILE, AlertEngine
+from edgeheal.agent.alerts.outbox import MEMORY_MAX, Outbox, classify
+from edgeheal.agent.alerts.payload import Alert
 from edgeheal.model import State
 from tests.alerts.support import harness, snapshot, status
 
@@ -204,7 +204,7 @@ def test_a_full_disk_keeps_raising_alerts_and_counts_what_memory_cannot_hold(
 
 
 def test_the_status_schema_lists_exactly_the_outbox_faults() -> None:
-    from edgeheal.alerts.outbox import FAULTS  # noqa: PLC0415
+    from edgeheal.agent.alerts.outbox import FAULTS  # noqa: PLC0415
 
     schema = json.loads((Path(__file__).resolve().parents[2] / "schemas" /
                          "status.schema.json").read_text())

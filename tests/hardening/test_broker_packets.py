@@ -3,7 +3,7 @@
 A fake broker announcing a 256 MB packet (``0x20 FF FF FF 7F`` as the CONNACK; a PUBLISH
 of that length on the kept-open alert link) drove a probe to 274 MB and the link to
 856 MB: paho asks ``recv()`` for the whole remaining length at once. Now every byte passes
-edgeheal's own fixed-header reader (:class:`edgeheal.mqtt.transport.Framer`) first, which
+edgeheal's own fixed-header reader (:class:`edgeheal.boundaries.mqtt.transport.Framer`) first, which
 refuses a packet over 64 KiB before anything is buffered: ``protocol_error``, and the peak
 RSS of the process (measured in a child process, its ``VmHWM``) stays that of an idle
 agent. An MQTT 3.1.1 refusal is reported with its own code and name, not paho's MQTT 5
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from edgeheal.boundaries.mqtt import probe
+from edgeheal.boundaries.mqtt.transport import MAX_PACKET
 from edgeheal.config import MqttTarget
-from edgeheal.mqtt import probe
-from edgeheal.mqtt.transport import MAX_PACKET
 
 ANNOUNCE_256MB = bytes([0xFF, 0xFF, 0xFF, 0x7F])
 CONNACK_OK = bytes([0x20, 0x02, 0x00, 0x00])
@@ -94,10 +94,10 @@ target = MqttTarget(name="fake", host="127.0.0.1", port=port, timeout=8.0, keepa
 
 async def main():
     if mode == "probe":
-        from edgeheal.mqtt import probe
+        from edgeheal.boundaries.mqtt import probe
         result = await probe(target, "edge-1")
         return {"reason": result.reason, "message": result.message}
-    from edgeheal.mqtt.link import Link
+    from edgeheal.boundaries.mqtt.link import Link
     link = Link(target, "edge-1", min_delay=5.0)
     task = asyncio.create_task(link.run())
     seen = []

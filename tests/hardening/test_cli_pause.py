@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from edgeheal import control
-from edgeheal.policy import History
-from edgeheal.remediation import Remediator
-from edgeheal.remediation.history import HISTORY_FILE, Timeline, save
-from edgeheal.remediation.operator import PAUSE_MAX
+from edgeheal.agent.remediation import Remediator
+from edgeheal.agent.remediation.history import HISTORY_FILE, Timeline, save
+from edgeheal.agent.remediation.operator import PAUSE_MAX
+from edgeheal.boundaries import control_socket as control
+from edgeheal.core.flannel_ladder import History
 from tests.remediation.support import Clock, ScriptedRemedy, World, make_config
 
 BOOT_OFFSET = 4000.0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import control
+from edgeheal.boundaries import control_socket as control
 from edgeheal.config import validate as generic_rules
 
 TIMEOUT = 60.0

@@ -32,7 +32,8 @@ from typing import Any, Literal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgeheal import config, validation
+from edgeheal import config
+from edgeheal import settings as validation
 from edgeheal.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

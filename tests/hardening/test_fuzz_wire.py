@@ -1,10 +1,11 @@
 """Property-based fuzzing (Hypothesis) of the readers of what peers send on the wire.
 
-- the WireGuard userspace API reader (:func:`edgeheal.wg.uapi.parse`): any text, and
+- the WireGuard userspace API reader (:func:`edgeheal.boundaries.wg.uapi.parse`): any text, and
   recorded answers with lines swapped, mangled or repeated;
-- the generic netlink reader (:func:`edgeheal.wg.netlink.parse_bytes`): any bytes, and the
+- the generic netlink reader (:func:`edgeheal.boundaries.wg.netlink.parse_bytes`): any bytes, and
+the
   recorded kernel dump with bytes flipped, cut or spliced;
-- edgeheal's MQTT fixed-header reader (:class:`edgeheal.mqtt.transport.Framer`), on any
+- edgeheal's MQTT fixed-header reader (:class:`edgeheal.boundaries.mqtt.transport.Framer`), on any
   byte stream and on well-formed streams of random packets;
 - the MQTT boundary itself: a fake broker on loopback answering CONNECT with arbitrary
   bytes, to a probe and to the kept-open alert link (paho parses the packets; edgeheal's
@@ -24,12 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgeheal import wg
+from edgeheal.boundaries import wg
+from edgeheal.boundaries.mqtt import REASONS, probe
+from edgeheal.boundaries.mqtt.link import Link
+from edgeheal.boundaries.mqtt.transport import MAX_PACKET, Framer, FramingError
+from edgeheal.boundaries.wg import netlink, uapi
 from edgeheal.config import MqttTarget
-from edgeheal.mqtt import REASONS, probe
-from edgeheal.mqtt.link import Link
-from edgeheal.mqtt.transport import MAX_PACKET, Framer, FramingError
-from edgeheal.wg import netlink, uapi
 from tests.wireguard.test_netlink import PRIVATE, PSK, recorded
 from tests.wireguard.test_uapi import PRIV_HEX, PSK_HEX, RECORDED
 

@@ -1,5 +1,5 @@
 """Issue 17, finding 2 (the log): one repeating fault wrote 158k lines (76 MB) in 15 s.
-The stderr handler now lets one message template print :data:`edgeheal.log.BURST` lines per
+The stderr handler now lets one message template print :data:`edgeheal.base.log.BURST` lines per
 window and reports how many it held back, so nothing is lost unseen and the journal stays
 small. Tested on the real handler and formatter, with an injected clock."""
 
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from edgeheal.log import LogfmtFormatter, RepeatFilter
+from edgeheal.base.log import LogfmtFormatter, RepeatFilter
 from tests.support import Clock
 
 

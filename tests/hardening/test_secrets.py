@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import kube
+from edgeheal.agent.remediation import Remediator
+from edgeheal.boundaries import kube
+from edgeheal.boundaries.kube import KubeClient, KubeError
 from edgeheal.config import KubernetesSettings
-from edgeheal.kube import KubeClient, KubeError
 from edgeheal.lab.kubeapi import FakeKube
-from edgeheal.remediation import Remediator
 from tests.remediation.support import Clock, World, make_config
 
 TOKEN = "edgehealTESTtoken.s3cr3t-value_0123456789"

@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgeheal import cli
-from edgeheal.commands import status as status_cmd
+from edgeheal.cli import status as status_cmd
 
 GOOD: dict[str, Any] = {
     "node": "edge-1", "version": "0.1.0", "uptime_seconds": 12.5, "ready": True,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import wg
-from edgeheal.wg import uapi
+from edgeheal.boundaries import wg
+from edgeheal.boundaries.wg import uapi
 
 PEER = "0f" * 32
 SECRETISH = "ab" * 32  # a value shaped like a key: must never be quoted

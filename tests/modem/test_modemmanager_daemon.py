@@ -17,9 +17,9 @@ import pytest
 from dbus_fast import BusType, Message
 from dbus_fast.aio import MessageBus
 
+from edgeheal.boundaries.modemmanager import SERVICE, ModemError, ModemManager
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import SystemBus
-from edgeheal.modem import SERVICE, ModemError, ModemManager
 
 ARGS = ("--test-session", "--test-no-udev", "--no-auto-scan", "--test-no-qrtr",
         "--test-no-suspend-resume", "--log-level=INFO")

@@ -1,5 +1,5 @@
-"""edgeheal.modem against the stand-in ModemManager on a real dbus-daemon: what is read,
-the reconnect, the errors (absent, denied, malformed, timeout), and no secret anywhere."""
+"""edgeheal.boundaries.modemmanager against the stand-in ModemManager on a real dbus-daemon: what
+is read, the reconnect, the errors (absent, denied, malformed, timeout), and no secret anywhere."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from dbus_fast import BusType, Message, MessageType, RequestNameReply
 from dbus_fast import Variant as V
 from dbus_fast.aio import MessageBus
 
-from edgeheal.lab.modemmanager import FakeModemManager
-from edgeheal.lab.systemd_bus import SystemBus
-from edgeheal.modem import (
+from edgeheal.boundaries.modemmanager import (
     MAX_MODEMS,
     OBJECT_MANAGER_IFACE,
     ROOT_PATH,
@@ -23,6 +21,8 @@ from edgeheal.modem import (
     ModemError,
     ModemManager,
 )
+from edgeheal.lab.modemmanager import FakeModemManager
+from edgeheal.lab.systemd_bus import SystemBus
 
 DEVICE = "/sys/devices/pci0000:00/0000:00:14.0/usb1/1-1"
 SECRET = "s3cret-apn-password"

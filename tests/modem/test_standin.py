@@ -10,15 +10,15 @@ from dbus_fast import BusType, Message, MessageType
 from dbus_fast import Variant as V
 from dbus_fast.aio import MessageBus
 
-from edgeheal.lab.modemmanager import FakeModemManager
-from edgeheal.lab.systemd_bus import SystemBus
-from edgeheal.modem import (
+from edgeheal.boundaries.modemmanager import (
     MODEM_3GPP_IFACE,
     OBJECT_MANAGER_IFACE,
     ROOT_PATH,
     SERVICE,
     SIMPLE_IFACE,
 )
+from edgeheal.lab.modemmanager import FakeModemManager
+from edgeheal.lab.systemd_bus import SystemBus
 from tests.support import until
 
 DEVICE = "/sys/devices/platform/x/usb1/1-1"

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import config, validation
+from edgeheal import config
+from edgeheal import settings as validation
+from edgeheal.boundaries.mqtt import REASONS
 from edgeheal.checks import mqtt as mqtt_check
+from edgeheal.core.path_verdict import path_verdict
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from edgeheal.model import State
-from edgeheal.mqtt import REASONS
-from edgeheal.paths import path_verdict
 from tests.alerts.support import harness, snapshot, status
 from tests.mqtt.conftest import USER
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
+from edgeheal.boundaries.mqtt import MqttError
+from edgeheal.boundaries.mqtt.link import Link
 from edgeheal.config import MqttTarget
 from edgeheal.lab.mosquitto import Mosquitto
-from edgeheal.mqtt import MqttError
-from edgeheal.mqtt.link import Link
 from tests.mqtt.conftest import target_for
 from tests.support import until
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from edgeheal.boundaries.mqtt import probe
 from edgeheal.lab.mosquitto import Mosquitto, free_port
-from edgeheal.mqtt import probe
 from tests.mqtt.conftest import PASSWORD, FakePeer, target_for
 
 pytestmark = pytest.mark.netns

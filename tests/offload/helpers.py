@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from edgeheal.ethtool import Feature, NoSuchInterface, PermissionDenied
+from edgeheal.boundaries.kernel.ethtool import Feature, NoSuchInterface, PermissionDenied
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CSUM = ("tx-checksum-ipv4", "tx-checksum-ip-generic", "tx-checksum-ipv6")
@@ -67,7 +67,7 @@ def write_config(path: Path, interfaces: Iterable[str], extra: str = "",
 
 
 class FixtureSource:
-    """A :class:`~edgeheal.ethtool.FeatureSource` over recorded feature sets.
+    """A :class:`~edgeheal.boundaries.kernel.ethtool.FeatureSource` over recorded feature sets.
 
     ``disable`` turns changeable features off, except those in ``sticky`` (a driver that
     accepts the request but keeps the feature on); ``deny`` raises EPERM like a process

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.ethtool import Ethtool
-from edgeheal.features import KERNEL_FEATURES
+from edgeheal.boundaries.kernel.ethtool import Ethtool
+from edgeheal.checks.offload.feature_table import KERNEL_FEATURES
 from tests.offload.conftest import Lab
 from tests.offload.helpers import edgeheal, write_config
 

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from edgeheal.boundaries.kernel.ethtool import Feature
 from edgeheal.checks.offload import judge
+from edgeheal.checks.offload.enforcer import (
+    Correction,
+    Outcome,
+    Report,
+    apply,
+    classify,
+    select,
+    to_disable,
+)
+from edgeheal.checks.offload.feature_table import KERNEL_FEATURES
 from edgeheal.config import OffloadSettings
-from edgeheal.enforce import Correction, Outcome, Report, apply, classify, select, to_disable
-from edgeheal.ethtool import Feature
-from edgeheal.features import KERNEL_FEATURES
 from edgeheal.model import State
 from tests.offload.helpers import CSUM, ETHTOOL_ALIASES, FIXTURES, FixtureSource, fixture
 

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from edgeheal.checks import Serving
 from edgeheal.checks import offload as offload_check
-from edgeheal.enforce import DRIFT_EVENT, Enforcer
+from edgeheal.checks.offload.enforcer import DRIFT_EVENT, Enforcer
 from edgeheal.model import Event, State
 from tests.offload.helpers import CSUM, FixtureSource, fixture
 from tests.support import context

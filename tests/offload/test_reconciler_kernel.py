@@ -13,8 +13,8 @@ from typing import Any, cast
 import pytest
 from prometheus_client import CollectorRegistry
 
-from edgeheal.enforce import DRIFT_EVENT, Enforcer
-from edgeheal.ethtool import Feature
+from edgeheal.boundaries.kernel.ethtool import Feature
+from edgeheal.checks.offload.enforcer import DRIFT_EVENT, Enforcer
 from edgeheal.lab import netns
 from edgeheal.model import Event
 from tests.offload.conftest import Lab
@@ -101,7 +101,7 @@ class RenamingSource:
     read-back (``when="read"``: the correction is made under the temporary name)."""
 
     def __init__(self, ns: str, old: str, new: str, when: str) -> None:
-        from edgeheal.enforce import _real_source  # noqa: PLC0415 - the code under test
+        from edgeheal.checks.offload.enforcer import _real_source  # noqa: PLC0415 - the code under test
 
         self.real: Any = _real_source()
         self.ns, self.old, self.new, self.when = ns, old, new, when

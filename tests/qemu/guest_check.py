@@ -35,8 +35,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from edgeheal import debounce
 from edgeheal.checks.wireguard import WireguardCheck
+from edgeheal.core import debounce
 from edgeheal.model import CheckStatus
 from tests.support import context
 

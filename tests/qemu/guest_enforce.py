@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from edgeheal.enforce import Enforcer
+from edgeheal.checks.offload.enforcer import Enforcer
 from edgeheal.model import Event
 
 CSUM = ("tx-checksum-ipv4", "tx-checksum-ip-generic", "tx-checksum-ipv6")

@@ -1,7 +1,7 @@
 """Runs inside the QEMU guest (tests/qemu): the uplink ladder's ``usb-reauthorize`` rung as
-the uplink actor uses it — built by :func:`edgeheal.remediation.modes.factory` from a
+the uplink actor uses it — built by :func:`edgeheal.agent.remediation.modes.factory` from a
 validated config whose ``[remediation.uplink] usb_device`` names the USB NIC's device the
-way an operator would (``1-1``), probed through :func:`~edgeheal.remediation.modes.probe`,
+way an operator would (``1-1``), probed through :func:`~edgeheal.agent.remediation.modes.probe`,
 then ``restart()`` within the registration's own bound — against the real kernel's sysfs.
 While it acts, the USB device's ``authorized`` and its network interface (name, ifindex)
 are sampled every 20 ms, so the host test sees the kernel tear the interface down and
@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgeheal import remedies, validation
+from edgeheal import remedies
+from edgeheal import settings as validation
+from edgeheal.agent.remediation import modes
 from edgeheal.config import ConfigError
-from edgeheal.remediation import modes
 from edgeheal.remedies import RemedyError
 
 USBNET = ("cdc_ether", "cdc_subset", "rndis_host")

@@ -12,9 +12,9 @@ import subprocess
 import sys
 from typing import Any
 
-from edgeheal import wg
-from edgeheal.wg import netlink
-from edgeheal.wg.model import format_endpoint, key_from_hex  # noqa: F401 - used in compare
+from edgeheal.boundaries import wg
+from edgeheal.boundaries.wg import netlink
+from edgeheal.boundaries.wg.readings import format_endpoint, key_from_hex  # noqa: F401 - used in compare
 
 MANY = 3001
 """Allowed IPs of one peer: the kernel splits such a dump over several netlink messages."""

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from edgeheal.boundaries.kube import KubeClient
 from edgeheal.config import KubernetesSettings
-from edgeheal.kube import KubeClient
 from edgeheal.lab.kubeapi import Credentials, FakeKube
 
 NODE, OTHER = "edge-1", "edge-2"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from edgeheal import cli
-from edgeheal.control import ControlServer
-from edgeheal.kube import KubeClient
+from edgeheal.agent.remediation import Remediator
+from edgeheal.boundaries.control_socket import ControlServer
+from edgeheal.boundaries.kube import KubeClient
 from edgeheal.lab.kubeapi import Credentials, FakeKube
-from edgeheal.remediation import Remediator
 from tests.remediation.conftest import NODE, NS, settings_for
 from tests.remediation.support import Clock, ScriptedRemedy, World, make_config
 

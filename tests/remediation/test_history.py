@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import policy
-from edgeheal.policy import History, Record, decide
-from edgeheal.remediation import history
-from edgeheal.remediation.history import Timeline
+from edgeheal.agent.remediation import history
+from edgeheal.agent.remediation.history import Timeline
+from edgeheal.core import flannel_ladder as policy
+from edgeheal.core.flannel_ladder import History, Record, decide
 from tests.remediation.test_policy import MODES, SETTINGS, restart_at, view
 
 

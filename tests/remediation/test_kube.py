@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.config import KubernetesSettings
-from edgeheal.kube import (
+from edgeheal.boundaries.kube import (
     KubeClient,
     KubeConflict,
     KubeError,
     KubePermissionError,
     Pod,
 )
+from edgeheal.config import KubernetesSettings
 from edgeheal.lab.kubeapi import Credentials, FakeKube
 from tests.remediation.conftest import NODE, NS, OTHER, Sleeps, settings_for
 

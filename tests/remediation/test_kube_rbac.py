@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 
-from edgeheal.kube import KubeClient, Pod
+from edgeheal.boundaries.kube import KubeClient, Pod
 from edgeheal.lab.kubeapi import FakeKube
 from tests.remediation.conftest import NODE, NS, settings_for
 

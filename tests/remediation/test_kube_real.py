@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from edgeheal.boundaries.kube import KubeClient, KubePermissionError
 from edgeheal.config import KubernetesSettings, PodRemedySettings
-from edgeheal.kube import KubeClient, KubePermissionError
 from edgeheal.remedies.pod import PodRemedy
 
 KUBECONFIG = os.environ.get("EDGEHEAL_TEST_KUBECONFIG", "")

@@ -6,10 +6,12 @@ import ast
 from pathlib import Path
 from types import ModuleType
 
-from edgeheal import ladder, policy, uplink
-from edgeheal.remediation import Remediator
-from edgeheal.remediation.metrics import KNOWN, SKIP_REASONS
-from edgeheal.remediation.uplink import UplinkRemediator
+from edgeheal.agent.remediation import Remediator
+from edgeheal.agent.remediation.metrics import KNOWN, SKIP_REASONS
+from edgeheal.agent.remediation.uplink_actor import UplinkRemediator
+from edgeheal.core import flannel_ladder as policy
+from edgeheal.core import safeguards as ladder
+from edgeheal.core import uplink_ladder as uplink
 from tests.remediation.support import Clock, ScriptedRemedy, World, make_config
 
 

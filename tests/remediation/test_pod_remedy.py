@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from edgeheal.agent.remediation import Remediator
+from edgeheal.boundaries.kube import KubeClient
 from edgeheal.config import PodRemedySettings
-from edgeheal.kube import KubeClient
 from edgeheal.lab.kubeapi import Credentials, FakeKube
 from edgeheal.model import State
-from edgeheal.remediation import Remediator
 from edgeheal.remedies import RemedyError
 from edgeheal.remedies.pod import PodRemedy
 from tests.remediation.conftest import NODE, NS, OTHER

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from edgeheal import policy
 from edgeheal.config import RemediationSettings, loads
+from edgeheal.core import flannel_ladder as policy
+from edgeheal.core.flannel_ladder import History, Record, TunnelView, decide, view_of
 from edgeheal.model import CheckStatus, Snapshot, State
-from edgeheal.policy import History, Record, TunnelView, decide, view_of
 
 OK, DEG, UNK, FAIL = State.OK, State.DEGRADED, State.UNKNOWN, State.FAILED
 SETTINGS = RemediationSettings(cooldown=120.0, max_per_hour=3, startup_grace=60.0,

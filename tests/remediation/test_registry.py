@@ -11,7 +11,7 @@ import pytest
 
 from edgeheal import config as cfg
 from edgeheal import remedies
-from edgeheal.remediation import Remediator
+from edgeheal.agent.remediation import Remediator
 from tests.remediation.support import Clock, World, make_config
 
 EDGEHEAL = Path(__file__).resolve().parents[2] / "edgeheal"

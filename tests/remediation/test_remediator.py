@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import remediation
+from edgeheal.agent import remediation
+from edgeheal.agent.remediation import Remediator
 from edgeheal.model import State
-from edgeheal.remediation import Remediator
 from edgeheal.remedies import Outcome, RemedyError
 from tests.remediation.support import (
     Clock,

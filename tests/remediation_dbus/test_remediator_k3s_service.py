@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from edgeheal.agent.remediation import Remediator
 from edgeheal.config import Config, loads
 from edgeheal.lab.systemd_bus import Behaviour, FakeSystemd, SystemBus
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
-from edgeheal.remediation import Remediator
 
 AGENT = "k3s-agent.service"
 DAY = 86400.0

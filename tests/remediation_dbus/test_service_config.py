@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from edgeheal.config import ConfigError
-from edgeheal.validation import loads
+from edgeheal.settings import loads
 
 
 @pytest.mark.parametrize(("toml", "unit", "timeout"), [

@@ -15,9 +15,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config as cfg
+from edgeheal.agent.remediation import Remediator, build_uplink
+from edgeheal.agent.remediation.uplink_actor import UplinkRemediator
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
-from edgeheal.remediation import Remediator, build_uplink
-from edgeheal.remediation.uplink import UplinkRemediator
 from edgeheal.remedies import Availability, Outcome
 from tests.support import Clock
 
@@ -234,7 +234,7 @@ async def test_dry_run_says_everything_and_does_nothing(tmp_path: Path) -> None:
 
 
 def _at_the_reboot(world: World, rem: UplinkRemediator) -> None:
-    from edgeheal.ladder import History  # noqa: PLC0415
+    from edgeheal.core.safeguards import History  # noqa: PLC0415
 
     rem.store(History(failures_in_row=3))  # three rungs already failed to cure
 
@@ -318,7 +318,7 @@ async def test_the_cli_pauses_and_resumes_the_uplink_ladder_over_the_control_soc
     import asyncio  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    from edgeheal import control  # noqa: PLC0415
+    from edgeheal.boundaries import control_socket as control  # noqa: PLC0415
 
     world = World(make_config(tmp_path), Clock(now=10_000.0, step=0.01))
     rem = actor(world, rungs_for(world))

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from edgeheal import ifstate
+from edgeheal.boundaries.kernel import interfaces as ifstate
+from edgeheal.boundaries.kernel.interfaces import Interface
+from edgeheal.boundaries.modemmanager import Bearer, Modem, ModemError
 from edgeheal.checks.uplink import REFRESH, Evidence, UplinkCheck, judge, pick_modem
 from edgeheal.config import loads
-from edgeheal.ifstate import Interface
 from edgeheal.lab.netns import Sandbox, run
 from edgeheal.lab.nsutil import inside
 from edgeheal.model import State
-from edgeheal.modem import Bearer, Modem, ModemError
 from tests.support import Clock, context
 
 SECRET = "apn-pass-0xDEADBEEF"

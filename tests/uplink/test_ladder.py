@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from edgeheal import uplink
 from edgeheal.config import UplinkLadderSettings, loads
-from edgeheal.ladder import History, Record
+from edgeheal.core import uplink_ladder as uplink
+from edgeheal.core.safeguards import History, Record
+from edgeheal.core.uplink_ladder import UplinkView, decide, view_of
 from edgeheal.model import CheckResult, CheckStatus, Snapshot, State
-from edgeheal.uplink import UplinkView, decide, view_of
 from tests.support import Clock
 
 OK, UNK, FAIL = State.OK, State.UNKNOWN, State.FAILED

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import remedies, validation
+from edgeheal import remedies
+from edgeheal import settings as validation
 from edgeheal.config import ConfigError, loads
 from edgeheal.lab.modemmanager import BUS_POLICY, FakeModemManager
 from edgeheal.lab.netns import Sandbox

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from edgeheal import debounce
 from edgeheal.checks.wireguard import WireguardCheck
+from edgeheal.core import debounce
 from edgeheal.lab.wireguard import WgMesh
 from edgeheal.model import CheckResult, CheckStatus, Context
 from tests.support import context

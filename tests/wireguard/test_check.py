@@ -11,10 +11,11 @@ from dataclasses import replace
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from edgeheal import checks, wg
+from edgeheal import checks
+from edgeheal.boundaries import wg
+from edgeheal.boundaries.wg.egress import Diagnosis
 from edgeheal.checks import wireguard as wgcheck
 from edgeheal.model import CheckStatus, State
-from edgeheal.wg.egress import Diagnosis
 from tests.support import Clock, context
 
 CLOUD = "Q0xPVURDTE9VRENMT1VEQ0xPVURDTE9VRENMT1VEQ0w="   # routes 10.42.0.0/24 (the broker)
@@ -300,7 +301,8 @@ def test_the_check_and_the_uapi_reader_do_not_load_pyroute2() -> None:
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415
 
-    code = ("import sys, edgeheal.checks.wireguard, edgeheal.wg.uapi, edgeheal.wg; "
+    code = ("import sys, edgeheal.checks.wireguard, edgeheal.boundaries.wg.uapi, "
+            "edgeheal.boundaries.wg; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('pyroute2', 'paho', 'lightkube', 'dbus_fast', 'scapy')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

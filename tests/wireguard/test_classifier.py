@@ -10,10 +10,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from edgeheal.config import WireguardSettings
-from edgeheal.model import State
-from edgeheal.wg import PeerStats
-from edgeheal.wg.health import (
+from edgeheal.boundaries.wg import PeerStats
+from edgeheal.boundaries.wg.health import (
     REASONS,
     Thresholds,
     classify,
@@ -24,6 +22,8 @@ from edgeheal.wg.health import (
     suspicion,
     thresholds,
 )
+from edgeheal.config import WireguardSettings
+from edgeheal.model import State
 from tests.support import Clock
 
 KEY = "NHaGGWcW3a1sapt+JD/2harVDhDxKOnxBE9CNO0J/D8="

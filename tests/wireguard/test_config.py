@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgeheal import config, validation
+from edgeheal import config
+from edgeheal import settings as validation
 
 KEY = "NHaGGWcW3a1sapt+JD/2harVDhDxKOnxBE9CNO0J/D8="
 

@@ -7,8 +7,8 @@ import errno
 
 import pytest
 
-from edgeheal import wg
-from edgeheal.wg import netlink
+from edgeheal.boundaries import wg
+from edgeheal.boundaries.wg import netlink
 from tests.wireguard.genl import GenlPeer, device_message
 
 KEY1 = base64.b64encode(bytes(range(32))).decode()

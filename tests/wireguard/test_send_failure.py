@@ -42,11 +42,11 @@ from typing import Any
 
 import pytest
 
+from edgeheal.boundaries.wg.egress import Egress
 from edgeheal.checks.wireguard import WireguardCheck
 from edgeheal.lab.netns import run
 from edgeheal.lab.wireguard import WgMesh, WgNode
 from edgeheal.model import State
-from edgeheal.wg.egress import Egress
 from tests.support import context
 from tests.wireguard.live import FAIL_AFTER, INTERVAL, RECOVER_AFTER, Driver, config_for, real_time
 

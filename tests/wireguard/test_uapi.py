@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal import wg
+from edgeheal.boundaries import wg
+from edgeheal.boundaries.wg import uapi
 from edgeheal.lab.wireguard import WgMesh
-from edgeheal.wg import uapi
 
 PRIV_HEX = "a8" * 32  # a made-up private key that must never come out
 PSK_HEX = "5c" * 32

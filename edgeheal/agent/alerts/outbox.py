@@ -1,0 +1,517 @@
+"""The durable alert outbox: SQLite in ``state_dir``, written before anything else.
+
+Why SQLite and not paho's queue: alerts matter most while the link is down, and an outage
+can outlast the process (``kill -9``, OOM, a power cut on a factory floor). paho's
+in-memory queue dies with the process; a row committed here survives it.
+
+- WAL journal with ``synchronous=FULL``: :meth:`Outbox.add` returns only after the row is
+  on disk, so an alert the agent acknowledged (log line, ``alert test`` reply) is never
+  lost to a crash or a reboot.
+- Order: ``seq`` is an ``AUTOINCREMENT`` key, never reused, so :meth:`Outbox.oldest` is
+  the order alerts were raised in, across restarts. A row is deleted only once the broker
+  acknowledged it (PUBACK), so delivery is at-least-once.
+- Bounds: at most ``max_count`` rows (the oldest go first) and none older than
+  ``max_age`` seconds. The age is measured on the wall clock, the one clock that survives
+  a reboot (the monotonic clock restarts at boot). Rows of kind ``alerts.dropped`` (the one
+  alert that reports drops) are exempt, so the report of a loss is never itself lost.
+- Faults are told apart (:func:`classify`): only a *corrupt* file ("file is not a
+  database", "malformed") is moved aside (``*.corrupt-<time>``) and a new one started; the
+  alerts it held are counted as dropped when they can be counted. A state directory that
+  is not writable (``permission``, ``read_only``), a ``locked`` database, a ``disk_full``
+  filesystem or an ``io_error`` leave the file alone: alerts are then held in a bounded
+  memory queue (:data:`MEMORY_MAX`; the oldest go first, counted), delivered from there
+  if the broker is reachable, and written to the database as soon as a retry (every
+  :data:`RETRY_EVERY` seconds) succeeds. :attr:`Outbox.fault` says which fault is in
+  force (``/status``, metrics); the outbox never raises for one, so raising an alert can
+  never crash a check loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("edgeheal.alerts.outbox")  # the name operators grep for
+
+DROPPED_KIND = "alerts.dropped"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    id      TEXT NOT NULL UNIQUE,
+    kind    TEXT NOT NULL,
+    raised  REAL NOT NULL,
+    payload BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+
+
+FAULTS = ("corrupt", "permission", "read_only", "locked", "disk_full", "io_error")
+"""What can be wrong with the outbox database (:func:`classify`)."""
+CACHE_KIB = 512
+"""SQLite's page cache, KiB (its default is 2000). Every :meth:`Outbox.add` counts the rows,
+so a backlog of ``max_count`` alerts (about 7 MB) would fill the default cache: 2.1 MB of
+RSS against 0.5 MB at this size, and an ``add`` no slower, its fsync dominates
+(docs/footprint.md)."""
+MEMORY_MAX = 500
+"""Alerts held in memory while the database cannot be written (about 1 KB each)."""
+RETRY_EVERY = 5.0
+"""Seconds between attempts to write the memory queue to a faulty database."""
+LOCK_WAIT = 0.5
+"""Seconds SQLite waits for a lock held by another process (it blocks the event loop)."""
+
+# SQLite primary result codes (extended codes carry them in the low byte)
+_SQLITE = {11: "corrupt", 26: "corrupt", 13: "disk_full", 8: "read_only", 5: "locked",
+           6: "locked", 3: "permission", 23: "permission", 10: "io_error"}
+_ERRNO = {errno.EACCES: "permission", errno.EPERM: "permission", errno.EROFS: "read_only",
+          errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full"}
+
+
+def classify(err: BaseException, directory: Path | None = None) -> str:
+    """The fault class of an error from SQLite or the filesystem (one of :data:`FAULTS`)."""
+    if isinstance(err, OSError):
+        return _ERRNO.get(err.errno or 0, "io_error")
+    code = getattr(err, "sqlite_errorcode", None)
+    text = str(err).lower()
+    fault = _SQLITE.get(code & 0xFF) if isinstance(code, int) else None
+    if fault is None:
+        if "not a database" in text or "malformed" in text:
+            fault = "corrupt"
+        elif "disk is full" in text:
+            fault = "disk_full"
+        elif "readonly" in text or "read-only" in text:
+            fault = "read_only"
+        elif "locked" in text or "busy" in text:
+            fault = "locked"
+        else:
+            fault = "io_error"
+    if fault == "io_error" or "unable to open" in text:  # SQLITE_CANTOPEN and friends
+        fault = _directory_fault(directory) or fault
+    return fault
+
+
+def _directory_fault(directory: Path | None) -> str | None:
+    if directory is None:
+        return None
+    try:
+        if os.statvfs(directory).f_flag & os.ST_RDONLY:
+            return "read_only"
+        if not os.access(directory, os.W_OK):
+            return "permission"
+    except OSError as err:
+        return _ERRNO.get(err.errno or 0)
+    return None
+
+
+class OutboxError(Exception):
+    """The outbox database cannot be used (the message names the file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    seq: int
+    id: str
+    kind: str
+    raised: float
+    """Wall-clock seconds since the epoch when the alert was raised."""
+    payload: bytes
+
+
+class Outbox:
+    """The outbox: SQLite when it can be written, a bounded memory queue when it cannot.
+
+    Entries held in memory have negative ``seq`` numbers; they follow the database's rows
+    (they were raised later) and move into the database, in order, when it works again.
+    """
+
+    def __init__(self, path: str | Path, *, max_count: int, max_age: float,
+                 wall: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = time.monotonic,
+                 memory_max: int = MEMORY_MAX) -> None:
+        self.path = Path(path)
+        self.max_count, self.max_age = max_count, max_age
+        self.wall, self.clock = wall, clock
+        self.memory_max = max(1, min(memory_max, max_count))
+        self.fault: str | None = None
+        """None while the database is usable; else one of :data:`FAULTS`."""
+        self.fault_message = ""
+        self.moved_aside: Path | None = None
+        self._db: sqlite3.Connection | None = None
+        self._mem: list[Entry] = []
+        self._mem_meta: dict[str, str] = {}
+        self._acked: set[int] = set()
+        """Rows the broker acknowledged whose DELETE failed (never sent again)."""
+        self._renumbered: dict[int, int] = {}
+        self._next_mem = -1
+        self._db_depth = 0
+        self._last_retry = -1e18
+        self._drops: dict[str, int] = {}
+        self.lost_unknown = False
+        """A corrupt file was moved aside and its alerts could not be counted."""
+        try:
+            self.existed = self.path.exists()
+        except OSError:
+            self.existed = True
+        self._connect()
+
+    # --- faults ---------------------------------------------------------------------------
+
+    def _connect(self) -> bool:
+        try:
+            self._db = self._open()
+        except (sqlite3.Error, OSError) as err:
+            self._db = None
+            return self._fail(err, "opening")
+        self._db_depth = self._count()
+        return True
+
+    def _open(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT)
+        try:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise sqlite3.OperationalError(
+                    f"cannot switch to WAL (journal_mode={mode}): the directory is not "
+                    "writable")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            db.executescript(_SCHEMA)
+            db.execute("SELECT COUNT(*) FROM outbox").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _fail(self, err: BaseException, doing: str) -> bool:
+        """Note a fault; a corrupt file is moved aside and a new one started. Returns True
+        if the database is usable again."""
+        fault = classify(err, self.path.parent)
+        if fault == "corrupt":
+            return self._move_aside(err)
+        if self.fault != fault:
+            log.error("alert outbox %s cannot be written (%s while %s: %s); alerts are kept "
+                      "in memory (at most %d) and written when it works again", self.path,
+                      fault, doing, err, self.memory_max)
+        self.fault, self.fault_message = fault, f"{doing}: {err}"
+        self._last_retry = self.clock()
+        return False
+
+    def _move_aside(self, err: BaseException) -> bool:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self.wall())}")
+        try:
+            self.path.rename(aside)
+            for suffix in ("-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+        except OSError as again:
+            self.fault, self.fault_message = "corrupt", f"{err}; cannot move it aside: {again}"
+            log.error("alert outbox %s is corrupt (%s) and cannot be moved aside (%s); "
+                      "alerts are kept in memory", self.path, err, again.strerror or again)
+            return False
+        lost = _count_rows(aside)
+        if lost is None:
+            lost, self.lost_unknown = self._db_depth, self._db_depth == 0
+        log.error("alert outbox %s is corrupt (%s); moved aside to %s and started a new one; "
+                  "%s undelivered alert(s) in it are lost", self.path, err, aside,
+                  "an unknown number of" if self.lost_unknown else lost)
+        self.moved_aside = aside
+        if lost:
+            self._drops["outbox_corrupt"] = self._drops.get("outbox_corrupt", 0) + lost
+        self._acked.clear()
+        self._db_depth = 0
+        self.fault = None
+        try:
+            self._db = self._open()
+        except (sqlite3.Error, OSError) as again:
+            self._db = None
+            return self._fail(again, "starting a new database")
+        return self._flush()
+
+    def _ok(self) -> None:
+        if self.fault is not None:
+            log.warning("alert outbox %s works again (was %s)", self.path, self.fault)
+        self.fault, self.fault_message = None, ""
+
+    def retry(self, *, force: bool = False) -> bool:
+        """Try to write what memory holds (at most every :data:`RETRY_EVERY` seconds unless
+        ``force``); True when nothing is left in memory."""
+        if self.fault is None and not self._mem and not self._acked and not self._mem_meta:
+            return True
+        if not force and self.clock() - self._last_retry < RETRY_EVERY:
+            return False
+        self._last_retry = self.clock()
+        if self._db is None and not self._connect():
+            return False
+        return self._flush()
+
+    def _flush(self) -> bool:
+        db = self._db
+        if db is None:
+            return False
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            moved = []
+            for entry in self._mem:
+                cur = db.execute("INSERT INTO outbox (id, kind, raised, payload) VALUES "
+                                 "(?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
+                                 (entry.id, entry.kind, entry.raised, entry.payload))
+                if cur.lastrowid and cur.rowcount == 1:
+                    moved.append((entry.seq, int(cur.lastrowid)))
+            for seq in self._acked:
+                db.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+            for key, value in self._mem_meta.items():
+                self._put_meta(db, key, value)
+            self._put_meta(db, "written", repr(self.wall()))  # proves the file is writable
+            db.execute("COMMIT")
+        except (sqlite3.Error, OSError) as err:
+            _rollback(db)
+            return self._fail(err, "writing the memory queue")
+        written = len(self._mem)
+        self._renumbered = dict(moved)  # only an entry in flight can still be named
+        self._mem.clear()
+        self._acked.clear()
+        self._mem_meta.clear()
+        self._db_depth = self._count()
+        if written:
+            log.warning("alert outbox %s: wrote %d alert(s) held in memory", self.path, written)
+        self._ok()
+        return True
+
+    def take_drops(self) -> dict[str, int]:
+        """Alerts dropped since the last call, by cause (``memory_queue``,
+        ``outbox_corrupt``); the count bound's drops are :meth:`add`'s return value."""
+        drops, self._drops = self._drops, {}
+        return drops
+
+    @property
+    def memory_depth(self) -> int:
+        return len(self._mem)
+
+    def close(self) -> int:
+        """Write what memory holds if possible, close; returns alerts lost with memory."""
+        self.retry(force=True)
+        lost = sum(1 for e in self._mem if e.kind != DROPPED_KIND) if self._mem else 0
+        if self._mem:
+            log.error("alert outbox %s: %d alert(s) held in memory could not be written "
+                      "(%s) and are lost with this process", self.path, len(self._mem),
+                      self.fault)
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+        return lost
+
+    # --- writing ------------------------------------------------------------------------
+
+    def add(self, alert_id: str, kind: str, raised: float, payload: bytes) -> int:
+        """Store one alert (durably if the database works, else in memory); return how many
+        old alerts the count bound dropped. Never raises for a database fault."""
+        if self._mem or self.fault is not None:
+            self.retry()
+        db = self._db
+        if db is not None and not self._mem:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("INSERT INTO outbox (id, kind, raised, payload) VALUES "
+                           "(?, ?, ?, ?)", (alert_id, kind, raised, payload))
+                dropped = self._enforce_count(db)
+                db.execute("COMMIT")
+            except (sqlite3.Error, OSError) as err:
+                _rollback(db)
+                if self._fail(err, "adding an alert"):
+                    return self.add(alert_id, kind, raised, payload)  # a new, empty file
+            else:
+                self._db_depth += 1 - dropped
+                self._ok()
+                return dropped
+        self._mem.append(Entry(self._next_mem, alert_id, kind, raised, payload))
+        self._next_mem -= 1
+        return self._bound_memory()
+
+    def _bound_memory(self) -> int:
+        excess = sum(1 for e in self._mem if e.kind != DROPPED_KIND) - self.memory_max
+        dropped = 0
+        while excess > 0:
+            index = next(i for i, e in enumerate(self._mem) if e.kind != DROPPED_KIND)
+            del self._mem[index]
+            excess -= 1
+            dropped += 1
+        if dropped:
+            self._drops["memory_queue"] = self._drops.get("memory_queue", 0) + dropped
+        return 0
+
+    def _enforce_count(self, db: sqlite3.Connection) -> int:
+        count = db.execute("SELECT COUNT(*) FROM outbox WHERE kind != ?",
+                           (DROPPED_KIND,)).fetchone()[0]
+        excess = int(count) - self.max_count
+        if excess <= 0:
+            return 0
+        db.execute("DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE "
+                   "kind != ? ORDER BY seq LIMIT ?)", (DROPPED_KIND, excess))
+        return excess
+
+    def prune(self) -> int:
+        """Drop alerts older than ``max_age``; return how many."""
+        cutoff = self.wall() - self.max_age
+        before = len(self._mem)
+        self._mem = [e for e in self._mem if e.raised >= cutoff or e.kind == DROPPED_KIND]
+        pruned = before - len(self._mem)
+        if self._db is not None:
+            try:
+                cur = self._db.execute("DELETE FROM outbox WHERE raised < ? AND kind != ?",
+                                       (cutoff, DROPPED_KIND))
+            except (sqlite3.Error, OSError) as err:
+                self._fail(err, "pruning")
+            else:
+                pruned += int(cur.rowcount)
+                self._db_depth = max(0, self._db_depth - int(cur.rowcount))
+        return pruned
+
+    def _seq(self, seq: int) -> int:
+        return self._renumbered.pop(seq, seq) if seq < 0 else seq
+
+    def delete(self, seq: int) -> None:
+        """The broker acknowledged this alert."""
+        seq = self._seq(seq)
+        if seq < 0:
+            self._mem = [e for e in self._mem if e.seq != seq]
+            return
+        if self._db is not None:
+            try:
+                self._db.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
+            except (sqlite3.Error, OSError) as err:
+                self._fail(err, "deleting a delivered alert")
+            else:
+                self._db_depth = max(0, self._db_depth - 1)
+                return
+        self._acked.add(seq)
+
+    def replace(self, seq: int, payload: bytes) -> bool:
+        """Update an undelivered alert in place (the running ``alerts.dropped`` count)."""
+        seq = self._renumbered.get(seq, seq) if seq < 0 else seq
+        if seq < 0:
+            for i, e in enumerate(self._mem):
+                if e.seq == seq:
+                    self._mem[i] = Entry(e.seq, e.id, e.kind, e.raised, payload)
+                    return True
+            return False
+        if self._db is None or seq in self._acked:
+            return False
+        try:
+            cur = self._db.execute("UPDATE outbox SET payload = ? WHERE seq = ?",
+                                   (payload, seq))
+        except (sqlite3.Error, OSError) as err:
+            self._fail(err, "updating an alert")
+            return False
+        return cur.rowcount == 1
+
+    # --- reading ------------------------------------------------------------------------
+
+    def _rows(self, sql: str, args: tuple[object, ...] = ()) -> list[Entry]:
+        if self._db is None:
+            return []
+        try:
+            rows = self._db.execute(sql, args).fetchall()
+        except (sqlite3.Error, OSError) as err:
+            self._fail(err, "reading")
+            return []
+        return [Entry(r[0], r[1], r[2], r[3], bytes(r[4])) for r in rows
+                if r[0] not in self._acked]
+
+    def oldest(self) -> Entry | None:
+        rows = self._rows("SELECT seq, id, kind, raised, payload FROM outbox ORDER BY seq "
+                          "LIMIT ?", (len(self._acked) + 1,))
+        if rows:
+            return rows[0]
+        return self._mem[0] if self._mem else None
+
+    def latest(self, kind: str) -> Entry | None:
+        for entry in reversed(self._mem):
+            if entry.kind == kind:
+                return entry
+        rows = self._rows("SELECT seq, id, kind, raised, payload FROM outbox WHERE kind = ? "
+                          "ORDER BY seq DESC LIMIT 1", (kind,))
+        return rows[0] if rows else None
+
+    def entries(self) -> list[Entry]:
+        return self._rows("SELECT seq, id, kind, raised, payload FROM outbox ORDER BY seq") \
+            + list(self._mem)
+
+    def _count(self) -> int:
+        if self._db is None:
+            return self._db_depth
+        try:
+            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+        except (sqlite3.Error, OSError) as err:
+            self._fail(err, "counting")
+            return self._db_depth
+
+    def depth(self) -> int:
+        """Undelivered alerts, in the database and in memory."""
+        self._db_depth = self._count()
+        return max(0, self._db_depth - len(self._acked)) + len(self._mem)
+
+    # --- small durable facts (open problems, counters) ----------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        if key in self._mem_meta:
+            return self._mem_meta[key]
+        if self._db is None:
+            return None
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except (sqlite3.Error, OSError) as err:
+            self._fail(err, "reading")
+            return None
+        return str(row[0]) if row else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        if self._db is not None and not self._mem_meta:
+            try:
+                self._put_meta(self._db, key, value)
+            except (sqlite3.Error, OSError) as err:
+                self._fail(err, "writing the open problems")
+            else:
+                return
+        self._mem_meta[key] = value
+
+    @staticmethod
+    def _put_meta(db: sqlite3.Connection, key: str, value: str) -> None:
+        db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO "
+                   "UPDATE SET value = excluded.value", (key, value))
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Roll back if a transaction is still open (SQLite ends one itself on SQLITE_FULL)."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
+def _count_rows(path: Path) -> int | None:
+    """Undelivered rows in a database moved aside, if it can still be read."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        return int(db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()

@@ -1,0 +1,179 @@
+"""The persisted remediation history: every piece of state a decision reads, on disk.
+
+Why persisted: the policy's safeguards (cooldown, ``max_per_hour``, the circuit, a pause,
+the uplink-settle flag) are only safeguards if an agent that is killed and restarted — by
+systemd, the OOM killer, an operator, a crash loop — still sees them. So the whole
+:class:`~edgeheal.core.flannel_ladder.History` is written after every change (JSON, temp file,
+fsync, rename: a crash leaves the old file or the new one, never half of one), and the actor
+reads it back on start.
+
+**Time, and why history survives restarts and clock steps.** The actor works on the
+monotonic clock. Each entry is stored with its *CLOCK_BOOTTIME* reading plus the boot id
+(``/proc/sys/kernel/random/boot_id``); the wall time is stored for humans only. On load,
+entries of the *same boot* are mapped onto the new process's monotonic timeline through
+the boottime offset (:class:`Timeline`), so an agent killed and restarted in a loop still
+sees its earlier restarts and cannot exceed ``max_per_hour``, and a wall-clock step (NTP,
+an RTC without battery, a 4G modem's time) changes nothing. CLOCK_BOOTTIME rather than
+CLOCK_MONOTONIC because it keeps counting through suspend, so "an hour ago" stays true.
+Entries of an *earlier boot* cannot be placed on this boot's timeline (wall time is not
+trusted); they are kept for display but no longer count for cooldown or budget. That is
+safe because a new boot is itself inside ``startup_grace`` (the node just started). The
+circuit and the restarts-in-a-row count persist across boots: a human is needed until the
+tunnel is healthy again. A timed pause and the uplink-settle flag (the direct path has had
+an outage) end with the boot; an indefinite pause does not.
+
+Each ladder has its own file (``remediation-history.json`` for Flannel's,
+``uplink-history.json`` for the uplink's) in the same format.
+
+A file that cannot be read is moved aside (``.corrupt``) and the actor starts with an empty
+history: losing the history must never stop the monitoring. :class:`HistoryError` names the
+file; it is logged, never fatal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeheal.core.safeguards import KEEP, History, Record
+
+log = logging.getLogger("edgeheal.remediation.history")  # the name operators grep for
+
+HISTORY_FILE = "remediation-history.json"
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+
+
+class HistoryError(Exception):
+    """The persisted history could not be read or written (named file, never fatal)."""
+
+
+def boottime() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def boot_id() -> str:
+    try:
+        return BOOT_ID_FILE.read_text(encoding="ascii").strip()
+    except OSError:
+        return "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    """The boot this process runs in, and the offset from monotonic to boottime."""
+
+    boot_id: str
+    offset: float
+    """``CLOCK_BOOTTIME - clock()`` measured once at start."""
+
+    def to_boot(self, mono: float) -> float:
+        return mono + self.offset
+
+    def to_mono(self, boottime: float) -> float:
+        return boottime - self.offset
+
+
+def save(path: Path, history: History, timeline: Timeline) -> None:
+    """Write the history atomically (temp file, fsync, rename); raise HistoryError."""
+    def boot(mono: float | None) -> float | None:
+        return None if mono is None else timeline.to_boot(mono)
+
+    paused: float | str | None = None
+    if history.paused_until == math.inf:
+        paused = "indefinite"
+    elif history.paused_until is not None:
+        paused = timeline.to_boot(history.paused_until)
+    data = {
+        "version": 1, "boot_id": timeline.boot_id,
+        "failures_in_row": history.failures_in_row, "circuit_open": history.circuit_open,
+        "paused_until_boottime": paused,
+        "direct_was_down": history.direct_was_down,
+        "records": [{"boottime": boot(r.mono), "wall": r.wall, "mode": r.mode,
+                     "reason": r.reason, "result": r.result, "duration": r.duration,
+                     "target": r.target, "action": r.action} for r in history.records],
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(data, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as err:
+        raise HistoryError(f"cannot write remediation history {path}: {err.strerror}") \
+            from err
+
+
+def load(path: Path, timeline: Timeline) -> History:
+    """Read the history; a missing file is an empty history; raise HistoryError if corrupt."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return History()
+    except (OSError, ValueError) as err:
+        raise HistoryError(f"cannot read remediation history {path}: {err}") from err
+    try:
+        same_boot = data["boot_id"] == timeline.boot_id
+        records = []
+        for r in data["records"]:
+            boottime = r["boottime"]
+            mono = (timeline.to_mono(float(boottime))
+                    if same_boot and boottime is not None else None)
+            result = str(r["result"])
+            records.append(Record(mono=mono, wall=str(r["wall"]), mode=str(r["mode"]),
+                                  reason=str(r["reason"]),
+                                  result="interrupted" if result == "in_progress" else result,
+                                  duration=float(r["duration"]), target=str(r["target"]),
+                                  action=str(r.get("action", "restart"))))
+        raw_pause = data["paused_until_boottime"]
+        paused: float | None = None
+        if raw_pause == "indefinite":
+            paused = math.inf
+        elif raw_pause is not None and same_boot:
+            paused = timeline.to_mono(float(raw_pause))
+        return History(records=tuple(records[-KEEP:]),
+                       failures_in_row=int(data["failures_in_row"]),
+                       circuit_open=bool(data["circuit_open"]), paused_until=paused,
+                       direct_was_down=same_boot and bool(data.get("direct_was_down")))
+    except (KeyError, TypeError, ValueError) as err:
+        raise HistoryError(f"remediation history {path} is malformed ({err!r}); "
+                           "delete it to start afresh") from err
+
+
+class Store:
+    """The history file of one agent: load once (a corrupt file is moved aside), save on
+    every change (an error is logged; the in-memory history stays authoritative)."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], timeline: Timeline, *,
+                 name: str = HISTORY_FILE) -> None:
+        self.path = Path(state_dir) / name
+        self.timeline = timeline
+
+    def load(self) -> History:
+        try:
+            return load(self.path, self.timeline)
+        except HistoryError as err:
+            aside = self.path.with_suffix(".corrupt")
+            with contextlib.suppress(OSError):
+                self.path.replace(aside)
+            log.error("%s; moved aside to %s, starting with an empty history", err, aside)
+            return History()
+
+    def save(self, history: History) -> None:
+        try:
+            save(self.path, history, self.timeline)
+        except HistoryError as err:
+            log.error("%s", err)

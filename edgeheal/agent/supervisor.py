@@ -1,0 +1,436 @@
+"""The supervisor: runs the checks, keeps the one snapshot, and stops in order.
+
+Every check runs as its own named task (``edgeheal.check.<name>``) on its own interval,
+under its own timeout; a check that raises or times out becomes ``unknown`` with the error
+recorded (reasons ``check_error`` / ``check_timeout``) and never takes the agent down.
+Long-running parts (a check's ``serve()``, the alert engine, the remediator, the HTTP
+server) run as named, guarded tasks that are restarted with capped backoff if they crash.
+
+The agent builds what several parts share, once, before the checks: the connection to
+``[alerts] target`` (:func:`edgeheal.boundaries.mqtt.link.for_alerts`) goes to that target's check
+through ``Context.alert_link`` and to the alert engine's constructor, which runs it.
+
+Scheduling (frugal in health, quick in doubt): a healthy check runs every ``interval``
+and nothing more. After a result that is not ok, or while the effective state is not ok,
+a check with a ``retry_interval`` runs again that long after its last run ended (for
+:data:`QUICK_RETRY_FOR` at most), so ``fail_after``/``recover_after`` are reached in
+seconds. A check may ask for another one to run now (``Context.hasten``, e.g. the WireGuard
+check confirming a suspicion with the tunnel-path MQTT probe): the loop waits on its
+interval *or* a wake-up, and a hastened run starts no sooner than :data:`HASTEN_SPACING`
+after the previous run ended; a check already in doubt keeps its retry cadence and
+ignores it. The decision is :func:`next_due`, a pure function.
+
+After every run the raw result is debounced (:mod:`edgeheal.core.debounce`) and a new immutable
+:class:`~edgeheal.model.Snapshot` replaces the old one; HTTP, metrics, alerts and the
+remediator only ever read that snapshot, so a request never waits on a network check.
+
+systemd: ``READY=1`` once every check has completed one run, ``WATCHDOG=1`` from the
+supervisor tick only while every check loop is making progress, ``STATUS=`` on every change
+of the one-line summary, ``STOPPING=1`` on SIGTERM/SIGINT. Shutdown is ordered and bounded
+(:data:`STOP_BUDGET`): checks and actors are cancelled, the alert engine publishes
+``offline`` and marks a clean exit, the HTTP server and the control socket close.
+SIGHUP, SIGUSR1 and SIGUSR2 are logged and ignored (:data:`IGNORED_SIGNALS`).
+
+One agent per state directory: :func:`run_forever` locks it
+(:func:`edgeheal.boundaries.control_socket.lock_state_dir`) and binds the HTTP port before the
+agent is built, because building it opens the outbox and writes the running marker there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from edgeheal import __version__
+from edgeheal import checks as registry
+from edgeheal.boundaries.control_socket import ControlServer, lock_state_dir
+from edgeheal.boundaries.sd_notify import Notifier
+from edgeheal.checks import Check, Serving
+from edgeheal.config import Config
+from edgeheal.core import debounce
+from edgeheal.core.path_verdict import path_verdict
+from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
+
+log = logging.getLogger("edgeheal.agent")  # the name operators grep for
+
+TICK = 0.5
+"""Supervisor tick, seconds: liveness, watchdog pings and the STATUS= line."""
+STOP_BUDGET = 4.0
+"""Seconds the whole shutdown may take (systemd and the spec allow 5)."""
+RESTART_BACKOFF_MAX = 60.0
+IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+"""Logged and ignored (their default would kill the agent without a clean stop); there is
+no reload: a configuration change takes ``systemctl restart edgeheal``."""
+HASTEN_SPACING = 2.0
+"""Least seconds between the end of a check's run and a run asked for with ``hasten``: a
+suspicion raised on every tick cannot become a probe storm."""
+QUICK_RETRY_FOR = 300.0
+"""Seconds a check in doubt is re-run at its ``retry_interval``; past it, at its
+``interval`` (the field's outages last 30 s to 2 min; a target that stays down for hours
+must not cost a probe every few seconds)."""
+
+
+def in_doubt(result: CheckResult, status: CheckStatus) -> bool:
+    """The raw result or the effective state (after debouncing) is not ok."""
+    return result.state is not State.OK or status.state is not State.OK
+
+
+def next_due(*, began: float, ended: float, interval: float, retry: float | None,
+             doubt_since: float | None, quick_for: float = QUICK_RETRY_FOR) -> float:
+    """When the next run starts (monotonic seconds), after a run from ``began`` to
+    ``ended``: ``interval`` after it began; in doubt (``doubt_since`` set, less than
+    ``quick_for`` ago) at most ``retry`` after it ended."""
+    due = began + interval
+    if retry is not None and doubt_since is not None and ended - doubt_since < quick_for:
+        due = min(due, ended + retry)
+    return due
+
+
+@dataclasses.dataclass
+class _Cadence:
+    """A check loop's scheduling state (the supervisor's, not the check's)."""
+
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    doubt_since: float | None = None
+
+
+class Agent:
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 notifier: Notifier | None = None,
+                 checks: list[Check] | None = None,
+                 hasten_spacing: float = HASTEN_SPACING) -> None:
+        """``checks`` replaces the registry's checks (tests inject their own)."""
+        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+        from edgeheal.agent import remediation  # noqa: PLC0415 - the actors load with an agent
+        from edgeheal.agent.alerts.engine import AlertEngine  # noqa: PLC0415
+        from edgeheal.boundaries.mqtt.link import for_alerts  # noqa: PLC0415
+        from edgeheal.boundaries.prometheus import AgentMetrics  # noqa: PLC0415
+
+        self.config = config
+        self.clock, self.wall = clock, wall
+        self.notifier = notifier or Notifier()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.metrics = AgentMetrics(self.registry)
+        self.control = ControlServer(config.agent.state_dir)
+        self.started_mono = clock()
+        self.stop_event = asyncio.Event()
+        self.last_tick = self.started_mono
+        self._statuses: dict[str, CheckStatus] = {}
+        self._history: dict[str, tuple[CheckResult, ...]] = {}
+        self._snapshot = Snapshot(node=config.node, checks={}, started_mono=self.started_mono,
+                                  taken_mono=self.started_mono)
+        self._ready_sent = False
+        self._summary = ""
+        self.hasten_spacing = hasten_spacing
+        self._cadence: dict[str, _Cadence] = {}
+        self.alert_link = for_alerts(config, clock=clock)
+        """The one connection to ``[alerts] target``: the alert engine runs it, its check
+        reads it (``Context.alert_link``)."""
+        self.ctx = Context(config=config, registry=self.registry, clock=clock, wall=wall,
+                           snapshot=lambda: self._snapshot, emit=self._emit,
+                           control=self.control.register, alert_link=self.alert_link,
+                           hasten=self.hasten)
+        self.checks: list[Check] = (
+            list(checks) if checks is not None else registry.build(self.ctx))
+        self.http_runner: Any = None
+        names = [c.name for c in self.checks]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate check names: {names}")
+        now, wall_now = clock(), wall()
+        for check in self.checks:
+            self._statuses[check.name] = debounce.initial(
+                check.name, required=check.settings.required, now=now, wall=wall_now)
+            self.metrics.declare(self._statuses[check.name],
+                                 registry.reasons(config, check.name))
+            self._cadence[check.name] = _Cadence()
+        self.alerts = AlertEngine(self.ctx, link=self.alert_link)
+        self.remediator = remediation.build(self.ctx)
+        self.uplink_remediator = remediation.build_uplink(
+            self.ctx, durable=lambda: self.alerts.outbox.fault is None)
+        """The uplink ladder (``[remediation.uplink] enabled``); its reboot rung goes ahead
+        only while the outbox writes alerts durably."""
+        self._publish()
+
+    # --- the snapshot ---------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+    def _publish(self) -> None:
+        now = self.clock()
+        round_complete = all(s.completed for s in self._statuses.values())
+        snap = Snapshot(node=self.config.node, checks=self._statuses,
+                        started_mono=self.started_mono, taken_mono=now,
+                        round_complete=round_complete)
+        extras: dict[str, Any] = {"path": path_verdict(snap, self.config)}
+        if self.remediator is not None:
+            extras["remediation"] = self.remediator.view()
+        if self.uplink_remediator is not None:
+            extras["uplink_remediation"] = self.uplink_remediator.view()
+        extras["alerts"] = self.alerts.view()
+        snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
+                        taken_mono=snap.taken_mono, round_complete=round_complete,
+                        extras=extras)
+        self._snapshot = snap
+        self.alerts.observe(snap)
+
+    def _record(self, check: Check, result: CheckResult, duration: float, outcome: str) -> None:
+        old = self._statuses[check.name]
+        status, self._history[check.name] = debounce.advance(
+            old, result, now=self.clock(), wall=self.wall(),
+            fail_after=check.settings.fail_after, recover_after=check.settings.recover_after,
+            history=self._history.get(check.name, ()))
+        status = dataclasses.replace(status, last_duration=duration)
+        self._statuses[check.name] = status
+        self.metrics.observe_run(check.name, status, duration, outcome)
+        if status.state is not old.state or status.reason != old.reason:
+            level = logging.INFO if status.state.serving else logging.WARNING
+            log.log(level, "check %s: %s (%s) -> %s (%s): %s", check.name, old.state.value,
+                    old.reason, status.state.value, status.reason, status.message,
+                    extra={"check": check.name})
+        self._publish()
+
+    def _emit(self, event: Event) -> None:
+        log.info("event %s: %s", event.kind, event.message, extra={"kind": event.kind})
+        self.alerts.event(event)
+
+    # --- the tasks ------------------------------------------------------------------------
+
+    def hasten(self, name: str) -> None:
+        """Run check ``name`` now rather than at its next interval (``Context.hasten``).
+
+        Bounded: the run starts no sooner than :attr:`hasten_spacing` after the check's
+        last run ended; a check in doubt keeps its retry cadence; unknown names are
+        ignored. Never blocks, never raises."""
+        cadence = self._cadence.get(name)
+        if cadence is None:
+            log.debug("hasten: no check named %r", name)
+            return
+        if cadence.doubt_since is None and not cadence.wake.is_set():
+            cadence.wake.set()
+
+    async def _pause(self, name: str, cadence: _Cadence, due: float, ended: float) -> None:
+        """Sleep until ``due`` or, when hastened, until ``ended`` + the spacing."""
+        hastened = False
+        while (left := due - self.clock()) > 0:
+            try:
+                async with asyncio.timeout(left):
+                    await cadence.wake.wait()
+            except TimeoutError:
+                break
+            cadence.wake.clear()
+            if not hastened:
+                hastened = True
+                due = min(due, ended + self.hasten_spacing)
+                log.debug("check %s hastened", name, extra={"check": name})
+
+    async def _check_loop(self, check: Check) -> None:
+        interval = check.settings.effective_interval(self.config.agent)
+        retry = check.settings.retry_interval
+        timeout = check.settings.timeout
+        cadence = self._cadence[check.name]
+        while True:
+            cadence.wake.clear()
+            began = self.clock()
+            try:
+                async with asyncio.timeout(timeout):
+                    result = await check.run()
+                outcome = "completed"
+            except TimeoutError:
+                result = CheckResult(State.UNKNOWN, "check_timeout",
+                                     f"no result within {timeout:g}s")
+                outcome = "timeout"
+            except Exception as err:  # a check must never take the agent down
+                log.warning("check %s raised %s: %s", check.name, type(err).__name__, err,
+                            extra={"check": check.name}, exc_info=log.isEnabledFor(
+                                logging.DEBUG))
+                result = CheckResult(State.UNKNOWN, "check_error",
+                                     f"{type(err).__name__}: {err}")
+                outcome = "error"
+            ended = self.clock()
+            self._record(check, result, ended - began, outcome)
+            if not in_doubt(result, self._statuses[check.name]):
+                cadence.doubt_since = None
+            elif cadence.doubt_since is None:
+                cadence.doubt_since = began
+            await self._pause(check.name, cadence, next_due(
+                began=began, ended=ended, interval=interval, retry=retry,
+                doubt_since=cadence.doubt_since), ended)
+
+    async def _supervise(self) -> None:
+        """The tick: liveness, watchdog (only while checks progress), STATUS= updates."""
+        last_ping = -1e9
+        while True:
+            now = self.clock()
+            self.last_tick = now
+            stuck = self.stuck_checks(now)
+            snap = self._snapshot
+            if snap.round_complete and not self._ready_sent:
+                self._ready_sent = True
+                self._summary = snap.summary()
+                self.notifier.ready(self._summary)
+                log.info("first round complete: %s", self._summary)
+                release_startup_memory()
+            elif self._ready_sent and snap.summary() != self._summary:
+                self._summary = snap.summary()
+                self.notifier.status(self._summary)
+            wd = self.notifier.watchdog_interval
+            if wd is not None and now - last_ping >= wd:
+                if stuck:
+                    log.error("not pinging the watchdog: checks %s are making no progress",
+                              ", ".join(stuck))
+                else:
+                    self.notifier.watchdog()
+                    last_ping = now
+            await asyncio.sleep(TICK)
+
+    def stuck_checks(self, now: float) -> list[str]:
+        """Checks whose loop has not completed a run for much longer than it should."""
+        out = []
+        for check in self.checks:
+            status = self._statuses[check.name]
+            last = status.last_run_mono if status.last_run_mono is not None else self.started_mono
+            bound = 2 * (check.settings.effective_interval(self.config.agent)
+                         + check.settings.timeout) + 5.0
+            if now - last > bound:
+                out.append(check.name)
+        return out
+
+    @property
+    def live(self) -> bool:
+        return self.clock() - self.last_tick < 5 * TICK + 1.0
+
+    async def run(self, *, listeners: list[socket.socket] | None = None) -> None:
+        """Run until :attr:`stop_event` is set (SIGTERM/SIGINT set it). ``listeners``:
+        sockets already bound to ``[http] listen`` (:func:`run_forever` binds them first).
+        A start that fails (control socket, HTTP) goes through the same ordered stop, so
+        it leaves no socket and no running marker behind."""
+        from edgeheal.agent import endpoints as http  # noqa: PLC0415 - aiohttp only for `run`
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.stop_event.set)
+        for sig in IGNORED_SIGNALS:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, _ignore_signal, sig)
+        tasks: list[asyncio.Task[None]] = []
+        web = None
+        try:
+            await self.control.start()
+            web = self.http_runner = await http.start(
+                self, listeners if listeners is not None else self.config.http.listen)
+            log.info("edgeheal %s on %s: checks %s; http %s", __version__, self.config.node,
+                     ", ".join(c.name for c in self.checks) or "none",
+                     ", ".join(self.config.http.listen))
+            tasks.append(_spawn("edgeheal.supervisor", self._supervise))
+            for check in self.checks:
+                tasks.append(_spawn(f"edgeheal.check.{check.name}",
+                                    lambda c=check: self._check_loop(c)))  # type: ignore[misc]
+                if isinstance(check, Serving):
+                    tasks.append(_spawn(f"edgeheal.serve.{check.name}", check.serve))
+            for name, actor in (("edgeheal.alerts", self.alerts),
+                                ("edgeheal.remediation", self.remediator),
+                                ("edgeheal.remediation.uplink", self.uplink_remediator)):
+                if actor is not None:
+                    tasks.append(_spawn(name, actor.serve))
+            await self.stop_event.wait()
+        finally:
+            await self._shutdown(tasks, web)
+
+    async def _shutdown(self, tasks: list[asyncio.Task[None]], web: Any) -> None:
+        from edgeheal.agent import endpoints as http  # noqa: PLC0415
+
+        log.info("stopping")
+        self.notifier.stopping()
+        deadline = self.clock() + STOP_BUDGET
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=max(0.1, deadline - self.clock() - 2.5)) if tasks \
+            else None
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.alerts.close(), max(0.1, deadline - self.clock() - 1.0))
+        if web is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(http.stop(web), max(0.1, deadline - self.clock() - 0.3))
+        await self.control.close()
+        for check in self.checks:
+            close = getattr(check, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(close(), 0.2)
+        self.notifier.close()
+        log.info("stopped")
+
+
+def release_startup_memory() -> None:
+    """Hand the heap that start-up used and freed (imports, config parsing, the registries,
+    the first connections) back to the kernel, once: without it the steady RSS keeps that
+    high-water mark. glibc only (``malloc_trim``); elsewhere a no-op."""
+    import ctypes  # noqa: PLC0415 - once, at start-up
+    import gc  # noqa: PLC0415
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        log.debug("malloc_trim is not available here")
+
+
+def _spawn(name: str, factory: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
+    return asyncio.create_task(_guard(name, factory), name=name)
+
+
+async def _guard(name: str, factory: Callable[[], Awaitable[None]]) -> None:
+    """Run a long-lived coroutine; log and restart it with capped backoff if it crashes."""
+    delay = 1.0
+    while True:
+        began = time.monotonic()
+        try:
+            await factory()
+            log.warning("task %s returned; restarting in %.0fs", name, delay)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task %s crashed; restarting in %.0fs", name, delay)
+        if time.monotonic() - began > 5 * RESTART_BACKOFF_MAX:
+            delay = 1.0
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RESTART_BACKOFF_MAX)
+
+
+def _ignore_signal(sig: signal.Signals) -> None:
+    log.info("%s ignored: edgeheal reads its configuration only at start "
+             "(systemctl restart edgeheal applies a change)", sig.name)
+
+
+def run_forever(config: Config) -> None:
+    """The agent as ``edgeheal run`` starts it: lock the state directory (StateDirBusy,
+    an OSError naming the PID that holds it), bind the HTTP port, and only then build the
+    agent, which opens the outbox and the markers in that directory."""
+    from edgeheal.agent import endpoints as http  # noqa: PLC0415
+
+    async def main() -> None:
+        with lock_state_dir(config.agent.state_dir):
+            listeners = http.bind(config.http.listen)
+            try:
+                agent = Agent(config)
+            except BaseException:
+                for sock in listeners:
+                    sock.close()
+                raise
+            await agent.run(listeners=listeners)
+
+    asyncio.run(main())

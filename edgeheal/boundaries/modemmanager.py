@@ -1,0 +1,340 @@
+"""ModemManager over D-Bus: read the modems' state, reconnect a data session.
+
+Why ModemManager's API and nothing lower: where ModemManager runs it owns the modem (its
+AT/QMI/MBIM ports, the data session, the bearer's settings). Talking to the modem behind its
+back races it; asking it to ``Simple.Disconnect`` and ``Simple.Connect`` again is what
+``mmcli --simple-disconnect``/``--simple-connect`` do, and it keeps the session's own
+settings (APN, IP type, credentials) because we hand back the bearer's ``Properties``.
+
+What is read (one ``ObjectManager.GetManagedObjects`` on ``/org/freedesktop/ModemManager1``,
+then ``Properties.GetAll`` of each bearer, which ModemManager exports outside the object
+manager):
+
+- ``org.freedesktop.ModemManager1.Modem``: ``State`` (``i``, MMModemState), ``SignalQuality``
+  (``(ub)``: percent, recent), ``Device`` (``s``: the physical device's sysfs path),
+  ``Ports`` (``a(su)``), ``Bearers`` (``ao``);
+- ``org.freedesktop.ModemManager1.Modem.Modem3gpp``: ``RegistrationState`` (``u``,
+  MMModem3gppRegistrationState), absent on a modem without 3GPP;
+- ``org.freedesktop.ModemManager1.Bearer``: ``Connected`` (``b``), ``Interface`` (``s``),
+  ``Properties`` (``a{sv}``).
+
+Everything read is bounded (counts, string lengths, D-Bus types): a reply that does not fit
+is a :class:`ModemError` naming the field, never a crash or an unbounded allocation. The
+bearer's ``Properties`` carry the APN's user and password: they are kept only to reconnect
+with, hidden from ``repr`` and never put in a message.
+
+Privilege: reading needs nothing (ModemManager's bus policy lets anyone call
+``Properties`` and ``ObjectManager``). ``Simple.Connect``/``Disconnect`` are allowed by the
+bus policy and then authorized by polkit action ``org.freedesktop.ModemManager1.Device.Control``
+(``systemd/49-edgeheal-uplink.rules`` grants it to user ``edgeheal``); a refusal is a
+:class:`ModemError` with ``reason == "denied"``.
+
+The bus is :mod:`edgeheal.boundaries.bus` (which imports dbus-fast only when used: the agent's
+memory budget is tight and a node without ModemManager never pays for it); its errors map into
+:class:`ModemError` reasons here. One connection is kept between calls and dropped on any
+transport error, so a restarted dbus-daemon or ModemManager costs one failed read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeheal.boundaries.bus import NO_LIBRARY, Bus, BusError, open_bus, system_address
+
+log = logging.getLogger("edgeheal.modem")  # the name operators grep for
+
+SERVICE = "org.freedesktop.ModemManager1"
+ROOT_PATH = "/org/freedesktop/ModemManager1"
+MODEM_PREFIX = ROOT_PATH + "/Modem/"
+BEARER_PREFIX = ROOT_PATH + "/Bearer/"
+MODEM_IFACE = "org.freedesktop.ModemManager1.Modem"
+MODEM_3GPP_IFACE = "org.freedesktop.ModemManager1.Modem.Modem3gpp"
+SIMPLE_IFACE = "org.freedesktop.ModemManager1.Modem.Simple"
+BEARER_IFACE = "org.freedesktop.ModemManager1.Bearer"
+OBJECT_MANAGER_IFACE = "org.freedesktop.DBus.ObjectManager"
+PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
+DEVICE_CONTROL_ACTION = "org.freedesktop.ModemManager1.Device.Control"
+"""The polkit action ModemManager checks for ``Simple.Connect``/``Disconnect``."""
+
+MAX_MODEMS = 8
+MAX_BEARERS = 8
+"""Per modem. ModemManager keeps a handful at most (one per connected context)."""
+MAX_PORTS = 32
+MAX_BEARER_PROPERTIES = 64
+MAX_NAME = 255
+"""Object paths, port and interface names, property keys."""
+MAX_DEVICE = 1024
+"""A sysfs device path."""
+
+MODEM_STATES = {
+    -1: "failed", 0: "unknown", 1: "initializing", 2: "locked", 3: "disabled",
+    4: "disabling", 5: "enabling", 6: "enabled", 7: "searching", 8: "registered",
+    9: "disconnecting", 10: "connecting", 11: "connected",
+}
+"""MMModemState -> lower-case name; a value ModemManager may add later reads "unknown"."""
+REGISTRATION_STATES = {
+    0: "idle", 1: "home", 2: "searching", 3: "denied", 4: "unknown", 5: "roaming",
+    6: "home-sms-only", 7: "roaming-sms-only", 8: "emergency-only",
+    9: "home-csfb-not-preferred", 10: "roaming-csfb-not-preferred", 11: "attached-rlos",
+}
+"""MMModem3gppRegistrationState -> the name mmcli prints; a later value reads "unknown"."""
+
+_PATH = re.compile(r"/[A-Za-z0-9_/]*")
+
+
+class ModemError(Exception):
+    """Talking to ModemManager failed. The message names what (service absent, access
+    denied, a malformed reply naming the field, a timeout) and never a secret.
+
+    ``reason`` is one of ``absent`` (no bus, or no ModemManager on it), ``denied`` (the bus
+    policy or polkit refused), ``malformed`` (a reply outside the API or our bounds),
+    ``timeout``, ``gone`` (the object went away: a modem or bearer removed meanwhile),
+    ``failed`` (ModemManager answered with another error)."""
+
+    def __init__(self, message: str, *, reason: str = "failed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Bearer:
+    path: str
+    connected: bool
+    interface: str
+    """``Bearer.Interface``: the network interface of the data session ("" if none)."""
+    properties: Mapping[str, Any] = field(repr=False, compare=False)
+    """``Bearer.Properties`` (apn, ip-type, user, password, ...) as dbus-fast Variants, kept
+    only to reconnect with; never in logs, /status or errors (hence ``repr=False``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Modem:
+    path: str
+    """``/org/freedesktop/ModemManager1/Modem/N``."""
+    state: str
+    """MMModemState's lower-case name (:data:`MODEM_STATES`)."""
+    registration: str
+    """MMModem3gppRegistrationState's name (:data:`REGISTRATION_STATES`); "" without 3GPP."""
+    signal_quality: int
+    """0..100 (``Modem.SignalQuality``)."""
+    signal_recent: bool
+    device: str
+    """``Modem.Device``: the sysfs path of the physical device (the USB rung's target)."""
+    ports: tuple[tuple[str, int], ...]
+    """(name, MMModemPortType) pairs."""
+    bearers: tuple[Bearer, ...]
+
+
+class ModemManager:
+    """ModemManager's D-Bus API, the few calls edgeheal makes. Not safe for concurrent use
+    from several tasks at once (the uplink check and a remedy each hold their own)."""
+
+    def __init__(self, bus_address: str | None = None, *, timeout: float = 5.0,
+                 connect_timeout: float = 60.0) -> None:
+        """``bus_address`` None: the system bus (``$DBUS_SYSTEM_BUS_ADDRESS`` honoured).
+        ``timeout`` bounds one read of all modems; ``connect_timeout`` the reconnect, whose
+        ``Simple.Connect`` waits for the network (ModemManager's own limit is minutes)."""
+        if timeout <= 0 or connect_timeout <= 0:
+            raise ValueError("ModemManager timeouts must be greater than zero")
+        self.bus_address = system_address(bus_address)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._bus: Bus | None = None
+
+    # --- public -------------------------------------------------------------------------
+
+    async def modems(self) -> tuple[Modem, ...]:
+        """Every modem ModemManager manages; ``()`` when it runs with none."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                (objects,) = await self._call(ROOT_PATH, OBJECT_MANAGER_IFACE,
+                                              "GetManagedObjects", signature_out="a{oa{sa{sv}}}")
+                return await self._parse(objects)
+        except TimeoutError:
+            await self._drop()
+            raise ModemError(f"ModemManager did not answer within {self.timeout:g}s on "
+                             f"{self.bus_address}", reason="timeout") from None
+
+    async def reconnect(self, modem: Modem, bearer: Bearer) -> None:
+        """``Simple.Disconnect(bearer)`` then ``Simple.Connect(bearer's Properties)`` on the
+        modem, as ``mmcli --simple-disconnect`` / ``--simple-connect`` would."""
+        from dbus_fast import Variant  # noqa: PLC0415
+
+        _check_path(modem.path, MODEM_PREFIX, "modem path")
+        _check_path(bearer.path, BEARER_PREFIX, "bearer path")
+        settings = dict(bearer.properties)
+        if not settings or not all(isinstance(k, str) and isinstance(v, Variant)
+                                   for k, v in settings.items()):
+            raise ModemError(f"bearer {bearer.path} has no usable Properties to reconnect with",
+                             reason="malformed")
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                try:
+                    await self._call(modem.path, SIMPLE_IFACE, "Disconnect", "o",
+                                     [bearer.path])
+                except ModemError as err:
+                    if err.reason in ("denied", "absent", "timeout"):
+                        raise
+                    # a session the network already dropped may not disconnect cleanly;
+                    # Connect is what heals, and ModemManager serializes the two
+                    log.warning("Simple.Disconnect of %s failed, connecting anyway: %s",
+                                bearer.path, err, extra={"modem": modem.path})
+                (path,) = await self._call(modem.path, SIMPLE_IFACE, "Connect", "a{sv}",
+                                           [settings], signature_out="o")
+        except TimeoutError:
+            await self._drop()
+            raise ModemError(f"reconnecting {modem.path} took longer than "
+                             f"{self.connect_timeout:g}s", reason="timeout") from None
+        log.info("modem %s reconnected: bearer %s", modem.path, path,
+                 extra={"modem": modem.path})
+
+    async def close(self) -> None:
+        await self._drop()
+
+    # --- the bus ------------------------------------------------------------------------
+
+    async def _connect(self) -> Bus:
+        if self._bus is not None and self._bus.connected:
+            return self._bus
+        await self._drop()
+        try:
+            # bounded by the caller's timeout (a read's or a reconnect's), as the calls are
+            self._bus = await open_bus(self.bus_address, limit=None,
+                                       auth_timeout=self.timeout)
+        except BusError as err:
+            prefix = "reading ModemManager " if err.name == NO_LIBRARY else ""
+            raise ModemError(f"{prefix}{err}", reason="absent") from err
+        return self._bus
+
+    async def _drop(self) -> None:
+        bus, self._bus = self._bus, None
+        if bus is not None:
+            await bus.close()
+
+    async def _call(self, path: str, interface: str, member: str, signature: str = "",
+                    body: list[Any] | None = None, *, signature_out: str = "") -> list[Any]:
+        bus = await self._connect()
+        try:
+            return await bus.call(SERVICE, path, interface, member, signature, body or [],
+                                  limit=None, returns=signature_out)
+        except BusError as err:
+            raise await self._error(err, path) from err
+
+    async def _error(self, err: BusError, path: str) -> ModemError:
+        """``err`` as a ModemError: its kind is the reason, in ModemManager's words."""
+        what, name = err.call, err.name
+        if err.kind == "disconnected":
+            await self._drop()
+            return ModemError(str(err), reason="absent")
+        if err.kind == "absent":
+            return ModemError(f"ModemManager ({SERVICE}) is not running on the bus at "
+                              f"{self.bus_address} ({what}: {name})", reason="absent")
+        if err.kind == "denied":
+            return ModemError(f"{what} on {path} was refused ({name}): allow polkit "
+                              f"action {DEVICE_CONTROL_ACTION} to this user "
+                              "(systemd/49-edgeheal-uplink.rules) or fix the bus policy",
+                              reason="denied")
+        if err.kind == "malformed":
+            return ModemError(f"{what} on {path}: {err.detail}", reason="malformed")
+        return ModemError(f"{what} on {path} failed: {name}: {err.detail[:200]}",
+                          reason="gone" if err.kind == "gone" else "failed")
+
+    # --- parsing ------------------------------------------------------------------------
+
+    async def _parse(self, objects: dict[str, dict[str, dict[str, Any]]]) -> tuple[Modem, ...]:
+        if len(objects) > MAX_MODEMS:
+            raise ModemError(f"GetManagedObjects: {len(objects)} objects, more than "
+                             f"{MAX_MODEMS} modems", reason="malformed")
+        modems = []
+        for path in sorted(objects):
+            interfaces = objects[path]
+            modem = interfaces.get(MODEM_IFACE)
+            if modem is None:  # not (yet) a modem: ModemManager exports nothing else here
+                continue
+            _check_path(path, MODEM_PREFIX, "modem path")
+            modems.append(await self._modem(path, modem, interfaces.get(MODEM_3GPP_IFACE)))
+        return tuple(modems)
+
+    async def _modem(self, path: str, props: dict[str, Any],
+                     gpp: dict[str, Any] | None) -> Modem:
+        state = _get(props, "State", "i", path)
+        quality, recent = _get(props, "SignalQuality", "(ub)", path)
+        if not 0 <= quality <= 100:
+            raise ModemError(f"{path}: SignalQuality {quality} is not 0..100",
+                             reason="malformed")
+        device = _string(_get(props, "Device", "s", path), MAX_DEVICE, f"{path}: Device")
+        raw_ports = _get(props, "Ports", "a(su)", path)
+        if len(raw_ports) > MAX_PORTS:
+            raise ModemError(f"{path}: Ports has {len(raw_ports)} entries, more than "
+                             f"{MAX_PORTS}", reason="malformed")
+        ports = tuple((_string(name, MAX_NAME, f"{path}: Ports"), int(kind))
+                      for name, kind in raw_ports)
+        bearer_paths = _get(props, "Bearers", "ao", path)
+        if len(bearer_paths) > MAX_BEARERS:
+            raise ModemError(f"{path}: Bearers has {len(bearer_paths)} entries, more than "
+                             f"{MAX_BEARERS}", reason="malformed")
+        registration = ""
+        if gpp is not None:
+            value = _get(gpp, "RegistrationState", "u", path)
+            registration = REGISTRATION_STATES.get(value, "unknown")
+        bearers = []
+        for bearer_path in bearer_paths:
+            _check_path(bearer_path, BEARER_PREFIX, f"{path}: Bearers")
+            bearer = await self._bearer(bearer_path)
+            if bearer is not None:
+                bearers.append(bearer)
+        return Modem(path=path, state=MODEM_STATES.get(state, "unknown"),
+                     registration=registration, signal_quality=int(quality),
+                     signal_recent=bool(recent), device=device, ports=ports,
+                     bearers=tuple(bearers))
+
+    async def _bearer(self, path: str) -> Bearer | None:
+        try:
+            (props,) = await self._call(path, PROPERTIES_IFACE, "GetAll", "s", [BEARER_IFACE],
+                                        signature_out="a{sv}")
+        except ModemError as err:
+            if err.reason == "gone":  # deleted between the two reads
+                log.debug("bearer %s went away while reading it", path)
+                return None
+            raise
+        settings = _get(props, "Properties", "a{sv}", path)
+        if len(settings) > MAX_BEARER_PROPERTIES or not all(
+                isinstance(key, str) and len(key) <= MAX_NAME for key in settings):
+            raise ModemError(f"{path}: Properties has more than {MAX_BEARER_PROPERTIES} "
+                             "entries or a malformed key", reason="malformed")
+        return Bearer(path=path, connected=bool(_get(props, "Connected", "b", path)),
+                      interface=_string(_get(props, "Interface", "s", path), MAX_NAME,
+                                        f"{path}: Interface"),
+                      properties=types.MappingProxyType(dict(settings)))
+
+
+def _get(props: dict[str, Any], name: str, signature: str, where: str) -> Any:
+    """The value of property ``name``, which must be a Variant of ``signature``."""
+    variant = props.get(name)
+    if variant is None:
+        raise ModemError(f"{where}: property {name} is missing", reason="malformed")
+    if getattr(variant, "signature", None) != signature:
+        raise ModemError(f"{where}: property {name} has type "
+                         f"{getattr(variant, 'signature', '?')!r}, expected {signature!r}",
+                         reason="malformed")
+    return variant.value
+
+
+def _string(value: str, limit: int, what: str) -> str:
+    if len(value) > limit or "\x00" in value:
+        raise ModemError(f"{what}: a string of {len(value)} characters (at most {limit})",
+                         reason="malformed")
+    return value
+
+
+def _check_path(path: str, prefix: str, what: str) -> None:
+    if (not isinstance(path, str) or not path.startswith(prefix) or len(path) > MAX_NAME
+            or not _PATH.fullmatch(path)):
+        raise ModemError(f"{what} {str(path)[:80]!r} is not under {prefix}",
+                         reason="malformed")

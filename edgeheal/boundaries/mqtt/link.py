@@ -1,0 +1,251 @@
+"""The kept-open connection to the alert broker: will, keepalive, backoff, QoS 1 publish.
+
+Why kept open: edge boxes pay for 4G bytes, and a connection that is already up both
+carries alerts at once and *is* the reachability signal of its target — MQTT keepalive
+(PINGREQ/PINGRESP every ``keepalive`` seconds of silence) notices a dead path within about
+two keepalive periods, with no extra CONNECTs. The mqtt check of the alert target reads
+:attr:`Link.state` instead of probing.
+
+- The will message (retained ``offline`` status) is registered with every CONNECT, so the
+  broker announces the agent's disappearance; a clean :meth:`Link.close` publishes its
+  own ``offline`` first (a clean DISCONNECT suppresses the will).
+- Reconnects back off exponentially from ``min_delay`` to ``max_delay`` with full jitter
+  in the upper half (``delay * U(0.5, 1)``), so a fleet does not reconnect in lockstep
+  after a broker outage; the attempt counter resets once a connection has stayed up.
+- :meth:`Link.publish` is QoS 1 and returns when the PUBACK arrives; paho's in-memory
+  queue is never relied on (each connection is a fresh clean session), durability is the
+  caller's outbox.
+
+The link's state is one immutable :class:`LinkState` replaced in one step: ``connected``,
+``reason``, ``message`` and ``since`` always describe the same moment (``connected`` *is*
+``state.up``). A connection that ends changes the state from the callback of its
+``closed`` future (or at once, when we end it ourselves), not later when :meth:`run` gets
+round to it, so no reader ever sees "not connected" with reason ``ok``.
+
+One link per agent, built once: the agent makes it with :func:`for_alerts` before it
+builds the checks and hands the same object to the mqtt check (``Context.alert_link``,
+which only reads :attr:`Link.state`) and to the alert engine (which runs, uses and closes
+it). Nothing here is global, so two agents in one process (the tests) never share one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from edgeheal.boundaries.mqtt import MqttError
+
+if TYPE_CHECKING:
+    from edgeheal.boundaries.mqtt.client import Connection
+    from edgeheal.config import Config, MqttTarget
+
+log = logging.getLogger("edgeheal.mqtt.link")  # the name operators grep for
+
+STABLE_AFTER = 30.0
+"""A connection that stayed up this long resets the backoff."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkState:
+    """What the mqtt check reports for the alert target."""
+
+    up: bool
+    reason: str
+    """``ok`` when up; otherwise the last failure's reason, or ``connecting``."""
+    message: str
+    since: float
+    """Monotonic time of the last change between up and down."""
+    rtt_seconds: float | None = None
+    connects: int = 0
+    attempts: int = 0
+
+
+class Link:
+    """One broker connection, kept open and re-made with backoff by :meth:`run`."""
+
+    def __init__(self, target: MqttTarget, node: str, *, min_delay: float = 1.0,
+                 max_delay: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 rng: random.Random | None = None) -> None:
+        self.target, self.node = target, node
+        self.min_delay, self.max_delay = min_delay, max_delay
+        self.clock = clock
+        self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
+        self.state = LinkState(False, "connecting", "not connected yet", clock())
+        self.generation = 0
+        """Increments on every successful connect (the engine re-publishes status)."""
+        self._conn: Connection | None = None
+        self._changed = asyncio.Event()
+        self._closing = False
+        self._on_state: Callable[[LinkState], None] | None = None
+
+    @property
+    def connected(self) -> bool:
+        """``state.up``: one source of truth, changed in one step with the reason."""
+        return self.state.up
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds before reconnect attempt ``attempt`` (1-based): capped, jittered."""
+        base = min(self.max_delay, self.min_delay * 2.0 ** max(0, attempt - 1))
+        return float(base * self.rng.uniform(0.5, 1.0))
+
+    def _set(self, state: LinkState) -> None:
+        old = self.state
+        self.state = state
+        if old.up != state.up or old.reason != state.reason:
+            level = logging.INFO if state.up else logging.WARNING
+            log.log(level, "mqtt link %s: %s: %s", self.target.name, state.reason,
+                    state.message, extra={"check": self.target.name})
+        if self._on_state is not None:
+            self._on_state(state)
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_change(self) -> None:
+        await self._changed.wait()
+
+    async def wait_up(self) -> None:
+        while not self.connected:
+            await self.wait_change()
+
+    async def run(self, *, will: Callable[[], tuple[str, bytes]] | None = None,
+                  on_state: Callable[[LinkState], None] | None = None) -> None:
+        """Connect, stay connected, reconnect with backoff; runs until cancelled.
+
+        ``will()`` gives the (topic, payload) registered with each CONNECT (retained, QoS 1);
+        ``on_state`` is called on every state change from now on. Cancelling leaves the
+        current connection open so :meth:`close` can still say ``offline`` on it;
+        :meth:`close` (or :meth:`abort`) always ends it.
+        """
+        from edgeheal.boundaries.mqtt.client import Connection  # noqa: PLC0415 - paho on demand
+
+        self._on_state = on_state
+        attempt = 0
+        while not self._closing:
+            attempt += 1
+            conn = Connection(self.target, self.node, keepalive=self.target.keepalive)
+            try:
+                conn.will = will() if will else None
+                async with asyncio.timeout(self.target.timeout):
+                    rtt = await conn.connect()
+            except MqttError as err:
+                conn.abort()
+                self._down(err.reason, err.message, attempt)
+            except TimeoutError:
+                stage = conn.stage[0]
+                conn.abort()
+                self._down("timeout", f"no progress within {self.target.timeout:g}s "
+                           f"({stage})", attempt)
+            except Exception as err:  # supervised here: never a silent "connecting" forever
+                conn.abort()
+                if self.state.reason != "internal_error":
+                    log.exception("mqtt link %s: unexpected %s while connecting; retrying "
+                                  "with backoff", self.target.name, type(err).__name__,
+                                  extra={"check": self.target.name})
+                self._down("internal_error", f"unexpected {type(err).__name__} while "
+                           "connecting (a bug; see the log)", attempt)
+            except BaseException:
+                conn.abort()
+                raise
+            else:
+                self._conn = conn
+                self.generation += 1
+                generation = self.generation
+                up_at = self.clock()
+                self._set(LinkState(True, "ok", f"connected, CONNACK in {rtt * 1000:.1f} ms",
+                                    up_at, rtt, self.state.connects + 1, attempt))
+                conn.closed.add_done_callback(functools.partial(self._ended, generation))
+                await asyncio.shield(conn.closed)
+                self._ended(generation, conn.closed)  # no-op: the callback came first
+                if self.closing:
+                    return
+                if self.clock() - up_at >= STABLE_AFTER:
+                    attempt = 0
+                if attempt == 0:
+                    continue  # a long-lived connection dropped: try again at once
+            await asyncio.sleep(self.backoff(attempt))
+
+    def _ended(self, generation: int, closed: asyncio.Future[MqttError | None]) -> None:
+        """Connection ``generation`` has ended: the state goes down in one step (once)."""
+        if generation != self.generation or not self.state.up:
+            return
+        if self._closing:
+            failure = MqttError("unreachable", f"{self.target.name}: closed by the agent")
+        else:
+            error = None if closed.cancelled() or not closed.done() else closed.result()
+            failure = error or MqttError("unreachable", "disconnected")
+        self._down(failure.reason, failure.message, self.state.attempts)
+
+    def _down(self, reason: str, message: str, attempt: int) -> None:
+        since = self.state.since if not self.state.up and self.state.reason != "connecting" \
+            else self.clock()
+        self._set(LinkState(False, reason, message, since, None, self.state.connects, attempt))
+
+    async def publish(self, topic: str, payload: bytes, *, retain: bool = False,
+                      limit: float | None = None) -> None:
+        """QoS 1; returns once the broker's PUBACK arrived, else raises MqttError.
+
+        A PUBACK that does not come within ``limit`` seconds (default: twice the keepalive)
+        drops the connection: the message's fate is unknown, the caller resends it.
+        """
+        conn = self._conn
+        if conn is None or not self.connected:
+            raise MqttError("unreachable", f"{self.target.name}: not connected")
+        fut = conn.publish(topic, payload, retain=retain)
+        limit = limit if limit is not None else 2 * max(1.0, self.target.keepalive)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), limit)
+        except TimeoutError as err:
+            conn.abort(MqttError("timeout", f"{self.target.name}: no PUBACK within "
+                                 f"{limit:g}s"))
+            raise MqttError("timeout", f"{self.target.name}: no PUBACK within "
+                            f"{limit:g}s") from err
+
+    async def close(self, final: tuple[str, bytes] | None = None,
+                    limit: float = 1.0) -> None:
+        """Publish ``final`` (retained, e.g. the offline status), then DISCONNECT."""
+        self._closing = True
+        conn = self._conn
+        if conn is None:
+            return
+        began = time.monotonic()
+        if final is not None and self.connected:
+            with contextlib.suppress(MqttError):
+                await self.publish(final[0], final[1], retain=True, limit=limit)
+        await conn.disconnect(max(0.1, limit - (time.monotonic() - began)))
+        self._conn = None
+        self._ended(self.generation, conn.closed)
+
+    def drop(self) -> None:
+        """Close the current connection now (no DISCONNECT); :meth:`run` may reconnect."""
+        self._abort_conn()
+
+    def abort(self) -> None:
+        self._closing = True
+        self._abort_conn()
+
+    def _abort_conn(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort()  # resolves conn.closed at once
+            self._ended(self.generation, conn.closed)
+
+
+def for_alerts(config: Config, *, clock: Callable[[], float] = time.monotonic) -> Link | None:
+    """The link to ``[alerts] target`` (None without one), backing off up to
+    ``[alerts] reconnect_max``; the agent builds it once and hands it on."""
+    name = config.alerts.target
+    if not name:
+        return None
+    target = next(t for t in config.mqtt.targets if t.name == name)
+    return Link(target, config.node, max_delay=config.alerts.reconnect_max, clock=clock)

@@ -1,0 +1,59 @@
+"""WireGuard readers: per-peer state of a device, from whichever API the host offers.
+
+Two implementations produce the same :class:`~edgeheal.boundaries.wg.readings.DeviceStats`:
+
+* :mod:`edgeheal.boundaries.wg.uapi` talks to the cross-platform userspace API socket
+  ``/var/run/wireguard/<ifname>.sock`` that wireguard-go and boringtun serve;
+* :mod:`edgeheal.boundaries.wg.netlink` asks the kernel's ``wireguard`` generic netlink family
+  through pyroute2 (imported only when used).
+
+:func:`read_device` picks one per call: if the interface's UAPI socket exists, the
+device is a userspace one and the socket is authoritative; otherwise the kernel is
+asked. Neither runs ``wg``: the agent starts no subprocess in its steady state. Private
+and preshared keys are dropped while parsing and never reach a ``DeviceStats``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeheal.boundaries.wg.readings import (
+    DeviceStats,
+    NoSuchDevice,
+    PeerStats,
+    PermissionDenied,
+    ProtocolError,
+    WireGuardError,
+)
+
+UAPI_DIR = Path("/var/run/wireguard")
+"""Where wireguard-go and boringtun put their sockets (one per interface)."""
+
+__all__ = [
+    "UAPI_DIR",
+    "DeviceStats",
+    "NoSuchDevice",
+    "PeerStats",
+    "PermissionDenied",
+    "ProtocolError",
+    "WireGuardError",
+    "read_device",
+    "reader_kind",
+]
+
+
+def reader_kind(ifname: str, *, uapi_dir: Path = UAPI_DIR) -> str:
+    """``"uapi"`` when the interface's userspace socket exists, else ``"netlink"``."""
+    return "uapi" if (uapi_dir / f"{ifname}.sock").exists() else "netlink"
+
+
+async def read_device(ifname: str, *, uapi_dir: Path = UAPI_DIR,
+                      answer_within: float = 2.0) -> DeviceStats:
+    """Read one device with the reader the host offers; raise a :class:`WireGuardError`."""
+    if reader_kind(ifname, uapi_dir=uapi_dir) == "uapi":
+        from edgeheal.boundaries.wg import uapi  # noqa: PLC0415 - keep the package import light
+
+        return await uapi.read(ifname, uapi_dir=uapi_dir, answer_within=answer_within)
+    from edgeheal.boundaries.wg import netlink  # noqa: PLC0415 - pyroute2 only when the kernel is asked
+
+    return await netlink.read(ifname, answer_within=answer_within)

@@ -1,1 +1,0 @@
-"""Command groups beyond the spine of ``edgeheal``: one module each, found by ``cli``."""

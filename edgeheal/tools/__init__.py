@@ -1,0 +1,6 @@
+"""One-shot tools an operator runs by hand; the agent never imports them.
+
+:mod:`~edgeheal.tools.doctor` checks a node's setup (``edgeheal doctor``) and
+:mod:`~edgeheal.tools.diagnose` captures and explains one tunnel stall (``edgeheal
+diagnose``). Both read the same boundaries as the agent, and neither changes anything.
+"""
