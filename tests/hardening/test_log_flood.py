@@ -88,7 +88,7 @@ def test_the_number_of_templates_tracked_is_bounded(
 
 
 def test_the_agents_stderr_collapses_a_flood_and_reports_it_at_exit() -> None:
-    code = ("import logging; from edgeheal import log; log.setup('info'); "
+    code = ("import logging; from edgeheal.base import log; log.setup('info'); "
             "lg = logging.getLogger('edgeheal.flood'); "
             "[lg.error('socket.accept() out of system resource') for _ in range(50000)]")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -448,7 +448,7 @@ def test_reading_without_the_wireguard_module_names_it(vm: bed.VM) -> None:
     vm.sh("echo 'install wireguard /bin/false' >/etc/modprobe.d/edgeheal-test.conf; "
           "for i in $(seq 50); do rmmod wireguard 2>/dev/null && break; sleep 0.2; done; "
           "! grep -q '^wireguard ' /proc/modules")
-    res = vm.python("import asyncio\nfrom edgeheal import wg\ntry:\n"
+    res = vm.python("import asyncio\nfrom edgeheal.boundaries import wg\ntry:\n"
                     "    asyncio.run(wg.read_device('flannel-wg'))\n"
                     "except wg.WireGuardError as err:\n"
                     "    print(type(err).__name__, err)\n", timeout=60).check("read")
