@@ -15,32 +15,21 @@ and ``remediation.mode``, on three occasions (the ``cause`` label):
 - ``recheck``: the ``offload`` check's interval, a safety net for a missed event.
 
 Every correction after the first pass is *drift*: counted in
-``edgeheal_offload_corrections_total{interface,cause}``, logged as a warning and emitted as
-an ``offload.drift_corrected`` event.
+``edgeheal_offload_corrections_total{interface,cause}`` (:mod:`.metrics`), logged as a
+warning and emitted as an ``offload.drift_corrected`` event.
 
 Re-enumeration renames (the rename race): a NIC that is hot-plugged appears under the
-kernel's name (``eth0``) and udev renames it (``ens4``) tens of milliseconds later -- often
-between our "turn off" and the read-back. So the enforcer follows interfaces by **ifindex**,
-not by name: an ioctl that fails with "no such interface" is retried under the name the
-same ifindex has now (the correction is reported under that name, never dropped); an
+kernel's name (``eth0``) and udev renames it (``ens4``) tens of milliseconds later. One pass
+follows the ifindex through a rename (:mod:`.reconcile`); across passes, an
 ``RTM_NEWLINK`` whose ifindex we know under another name moves that interface's state,
 gauges, counters and pending drift to the new name (nothing stays under the temporary
 name); and a correction made on a link event is *recorded* (counted, logged, emitted)
 ``settle`` seconds later, under the name the interface has by then, so the alert names the
 final interface. The ioctl itself is never delayed.
 
-Per interface and feature, the pure :func:`classify` gives one :class:`Outcome`:
-
-===============  ====================================================================
-``changed``      was on, now off
-``already-off``  off and changeable: nothing to do
-``fixed-off``    off and not changeable: fine
-``fixed-on``     on and not changeable: this NIC cannot be switched to software checksums
-``not-present``  the kernel reports no such feature for this interface: counts as off
-``on``           on and changeable, left alone (``--dry-run``, ``enforce = false``, status)
-``refused``      we asked for off, the driver accepted, but it still reads back on
-===============  ====================================================================
-
+The pass is split by job: the pure plan (:mod:`.plan`: which features to switch off, the
+outcomes), one reconcile pass (:mod:`.reconcile`), the words for its results
+(:mod:`.render`); this module is the long-running part, and still exports their names.
 The ioctls run on one worker thread, so the event loop never blocks on a driver that
 resets its hardware to change a feature; passes are serialized by a lock.
 """
@@ -50,234 +39,67 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import enum
 import functools
 import logging
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING
 
 from edgeheal.base.ifglob import matches as names_match
-from edgeheal.base.ifglob import matching as names_matching
-from edgeheal.boundaries.kernel.ethtool import (
-    EthtoolError,
-    Feature,
-    FeatureSource,
-    NoSuchInterface,
-    PermissionDenied,
-    Unsupported,
+from edgeheal.boundaries.kernel.ethtool import FeatureSource
+from edgeheal.checks.offload.metrics import CAUSES, Cause, Metrics
+from edgeheal.checks.offload.plan import (
+    FeatureResult,
+    InterfaceReport,
+    Outcome,
+    Report,
+    classify,
+    select,
+    to_disable,
 )
+from edgeheal.checks.offload.reconcile import (
+    FOLLOW,
+    apply,
+    index_of,
+    name_of,
+    reconcile_interface,
+)
+from edgeheal.checks.offload.render import problem_text, report_detail
 from edgeheal.model import Event
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+__all__ = [
+    "CAUSES",
+    "DRIFT_EVENT",
+    "FOLLOW",
+    "SETTLE",
+    "Cause",
+    "Correction",
+    "Enforcer",
+    "FeatureResult",
+    "InterfaceReport",
+    "Metrics",
+    "Outcome",
+    "Report",
+    "apply",
+    "classify",
+    "index_of",
+    "name_of",
+    "problem_text",
+    "reconcile_interface",
+    "report_detail",
+    "select",
+    "to_disable",
+]
+
 log = logging.getLogger("edgeheal.enforce")  # the name operators grep for
 
-T = TypeVar("T")
-Cause = Literal["boot", "link_event", "recheck"]
 DRIFT_EVENT = "offload.drift_corrected"
 SETTLE = 0.5
 """Seconds a link-event correction waits to be recorded (see the module doc)."""
-
-
-class Outcome(enum.Enum):
-    CHANGED = "changed"
-    ALREADY_OFF = "already-off"
-    FIXED_OFF = "fixed-off"
-    FIXED_ON = "fixed-on"
-    NOT_PRESENT = "not-present"
-    ON = "on"
-    REFUSED = "refused"
-
-    @property
-    def off(self) -> bool:
-        """The feature is off (or absent) after the pass: the desired state holds."""
-        return self in _OFF
-
-
-_OFF = frozenset({Outcome.CHANGED, Outcome.ALREADY_OFF, Outcome.FIXED_OFF, Outcome.NOT_PRESENT})
-
-
-def classify(before: Feature | None, after: Feature | None = None) -> Outcome:
-    """The result for one interface and feature. ``before`` is the feature as read
-    (None: the kernel reports no such feature); ``after`` is the read-back after we asked
-    for "off" (None: we did not ask)."""
-    if before is None:
-        return Outcome.NOT_PRESENT
-    if before.fixed:
-        return Outcome.FIXED_ON if before.on else Outcome.FIXED_OFF
-    if not before.on:
-        return Outcome.ALREADY_OFF
-    if after is None:
-        return Outcome.ON
-    return Outcome.REFUSED if after.on else Outcome.CHANGED
-
-
-def to_disable(features: Mapping[str, Feature], wanted: Iterable[str]) -> list[str]:
-    """The configured features that are on and changeable (what a pass switches off)."""
-    return [n for n in wanted if (f := features.get(n)) is not None and f.on and not f.fixed]
-
-
-def select(present: Iterable[str], patterns: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(present interfaces matching any pattern, sorted; patterns matching none)."""
-    names, pats = sorted(set(present)), tuple(patterns)
-    matched = names_matching(names, pats)
-    unmatched = [p for p in pats if not names_matching(names, (p,))]
-    return matched, unmatched
-
-
-@dataclass(frozen=True, slots=True)
-class FeatureResult:
-    feature: str
-    outcome: Outcome
-    before: Feature | None
-    after: Feature | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InterfaceReport:
-    interface: str
-    results: tuple[FeatureResult, ...] = ()
-    error: Literal["", "permission_denied", "error"] = ""
-    message: str = ""
-    ifindex: int = 0
-    """The kernel's index of the interface (0: the source cannot tell)."""
-
-    @property
-    def all_off(self) -> bool:
-        return not self.error and all(r.outcome.off for r in self.results)
-
-    @property
-    def changed(self) -> list[str]:
-        return [r.feature for r in self.results if r.outcome is Outcome.CHANGED]
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """One pass over the matching interfaces."""
-
-    interfaces: tuple[InterfaceReport, ...] = ()
-    unmatched: tuple[str, ...] = ()
-    """Configured names/globs that matched no present interface."""
-    act: bool = True
-
-    @property
-    def all_off(self) -> bool:
-        return all(i.all_off for i in self.interfaces)
-
-    @property
-    def permission_denied(self) -> bool:
-        return any(i.error == "permission_denied" for i in self.interfaces)
-
-    def outcomes(self, *which: Outcome) -> list[tuple[str, FeatureResult]]:
-        return [(i.interface, r) for i in self.interfaces for r in i.results
-                if r.outcome in which]
-
-
-FOLLOW = 3
-"""How many renames one reconcile follows before it gives up on an interface."""
-
-
-def index_of(source: FeatureSource, ifname: str) -> int:
-    """The ifindex of ``ifname`` if ``source`` can tell (optional ``index`` method), else 0."""
-    lookup = getattr(source, "index", None)
-    return (lookup(ifname) or 0) if lookup is not None else 0
-
-
-def name_of(source: FeatureSource, ifindex: int) -> str | None:
-    """The name interface ``ifindex`` has now, if ``source`` can tell; None if it is gone."""
-    lookup = getattr(source, "name", None)
-    return lookup(ifindex) if (lookup is not None and ifindex) else None
-
-
-class _Gone(Exception):
-    """The interface vanished (not renamed) in the middle of a reconcile."""
-
-
-class _Follower:
-    """Runs ioctls on one interface by name, following renames of its ifindex."""
-
-    def __init__(self, source: FeatureSource, ifname: str) -> None:
-        self.source, self.ifname = source, ifname
-        self.ifindex = index_of(source, ifname)
-        self.follows = 0
-
-    def run(self, step: Callable[[str], T]) -> T:
-        """``step(name)``; on "no such interface", again under the ifindex's new name."""
-        while True:
-            try:
-                return step(self.ifname)
-            except NoSuchInterface as err:
-                new = name_of(self.source, self.ifindex)
-                if new is None or new == self.ifname or self.follows >= FOLLOW:
-                    raise _Gone from err
-                log.info("%s was renamed %s while being reconciled; following it "
-                         "(ifindex %d)", self.ifname, new, self.ifindex,
-                         extra={"interface": new, "renamed_from": self.ifname})
-                self.follows += 1
-                self.ifname = new
-
-    def read_back(self, ifname: str) -> Mapping[str, Feature]:
-        features = self.source.features(ifname)
-        if self.ifindex and index_of(self.source, ifname) not in (self.ifindex, 0):
-            raise NoSuchInterface(f"{ifname}: another interface now", interface=ifname)
-        return features
-
-
-def reconcile_interface(source: FeatureSource, ifname: str, wanted: tuple[str, ...], *,
-                        act: bool) -> InterfaceReport | None:
-    """Read, (turn off,) read back and classify one interface; None if it is gone.
-
-    A rename in the middle (udev renaming a re-enumerated NIC) is followed by ifindex: the
-    step that failed is repeated under the new name and the report carries that name."""
-    it = _Follower(source, ifname)
-    try:
-        try:
-            before = it.run(source.features)
-        except Unsupported as err:
-            log.debug("%s", err, extra={"interface": it.ifname})
-            before = {}
-        except EthtoolError as err:
-            return InterfaceReport(it.ifname, error="error", message=str(err),
-                                   ifindex=it.ifindex)
-        off = to_disable(before, wanted)
-        after: Mapping[str, Feature] | None = None
-        if act and off:
-            try:
-                it.run(lambda name: source.disable(name, off))
-                after = it.run(it.read_back)
-            except EthtoolError as err:
-                return InterfaceReport(
-                    it.ifname, tuple(FeatureResult(n, classify(before.get(n)), before.get(n))
-                                     for n in wanted),
-                    error="permission_denied" if isinstance(err, PermissionDenied) else "error",
-                    message=str(err), ifindex=it.ifindex)
-    except _Gone:
-        log.debug("%s vanished while being reconciled", it.ifname,
-                  extra={"interface": it.ifname})
-        return None
-    results = []
-    for name in wanted:
-        b = before.get(name)
-        a = after.get(name) if (after is not None and name in off) else None
-        if a is None and after is not None and name in off:
-            a = Feature(name, False, False)  # gone after the change: it is not on
-        results.append(FeatureResult(name, classify(b, a), b, a))
-    return InterfaceReport(it.ifname, tuple(results), ifindex=it.ifindex)
-
-
-def apply(source: FeatureSource, patterns: tuple[str, ...], wanted: tuple[str, ...], *,
-          act: bool, only: str | None = None) -> Report:
-    """One pass over the present interfaces matching ``patterns`` (or just ``only``)."""
-    present = source.interfaces()
-    if only is not None:
-        present = [n for n in present if n == only]
-    matched, unmatched = select(present, patterns)
-    reports = [r for n in matched
-               if (r := reconcile_interface(source, n, wanted, act=act)) is not None]
-    return Report(tuple(reports), tuple(unmatched) if only is None else (), act)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,82 +109,6 @@ class Correction:
     cause: Cause
     drift: bool
     ifindex: int = 0
-
-
-CAUSES: tuple[Cause, ...] = ("boot", "link_event", "recheck")
-
-
-class Metrics:
-    """``edgeheal_offload_feature_enabled`` and ``edgeheal_offload_corrections_total``.
-
-    The corrections of an interface exist at 0 for every cause from the pass that first
-    finds it (the interface is not known before: the configuration holds globs), so
-    ``increase()`` sees its first correction; a rename moves them with the counts."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        from prometheus_client import Counter, Gauge  # noqa: PLC0415
-
-        self.enabled = Gauge(
-            "edgeheal_offload_feature_enabled",
-            "1 while a configured offload feature is on for a matching interface, else 0.",
-            ["interface", "feature"], registry=registry)
-        self.corrections = Counter(
-            "edgeheal_offload_corrections_total",
-            "Offload features switched back off, by interface and cause "
-            "(boot, link_event, recheck).", ["interface", "cause"], registry=registry)
-        self._series: dict[tuple[str, str], int] = {}
-        self._counts: dict[tuple[str, str], int] = {}
-        self._known: set[str] = set()
-        """Interfaces whose corrections exist (at 0 at least)."""
-
-    def _know(self, interface: str) -> None:
-        if interface not in self._known:
-            self._known.add(interface)
-            for cause in CAUSES:
-                self.corrections.labels(interface, cause)
-
-    def publish(self, report: InterfaceReport) -> None:
-        self._know(report.interface)
-        for r in report.results:
-            state = r.after if r.after is not None else r.before
-            if state is None:
-                self._drop((report.interface, r.feature))
-                continue
-            self._set((report.interface, r.feature), 1 if state.on else 0)
-
-    def corrected(self, interface: str, cause: Cause) -> None:
-        self._know(interface)
-        self.corrections.labels(interface, cause).inc()
-        self._counts[(interface, cause)] = self._counts.get((interface, cause), 0) + 1
-
-    def rename(self, old: str, new: str) -> None:
-        """Move every series of interface ``old`` to ``new`` (a udev rename)."""
-        for key in [k for k in self._series if k[0] == old]:
-            value = self._series[key]
-            self._drop(key)
-            self._set((new, key[1]), value)
-        for key in [k for k in self._counts if k[0] == old]:
-            count = self._counts.pop(key)
-            self.corrections.remove(*key)
-            self.corrections.labels(new, key[1]).inc(count)
-            self._counts[(new, key[1])] = self._counts.get((new, key[1]), 0) + count
-        if old in self._known:
-            self._known.discard(old)
-            for cause in CAUSES:
-                self.corrections.remove(old, cause)
-            self._know(new)
-
-    def forget(self, interface: str) -> None:
-        for key in [k for k in self._series if k[0] == interface]:
-            self._drop(key)
-
-    def _set(self, key: tuple[str, str], value: int) -> None:
-        self.enabled.labels(*key).set(value)
-        self._series[key] = value
-
-    def _drop(self, key: tuple[str, str]) -> None:
-        if self._series.pop(key, None) is not None:
-            self.enabled.remove(*key)
 
 
 @dataclass
@@ -589,17 +335,6 @@ class Enforcer:
             closer()
 
 
-def problem_text(iface: InterfaceReport, feature: str, problem: str) -> str:
-    if problem == "fixed-on":
-        return (f"{iface.interface}: {feature} is on and fixed: this NIC's driver does not "
-                "allow turning TX checksum offload off, so it cannot be switched to "
-                "software checksums (use another NIC or driver for the tunnel's uplink)")
-    if problem == "refused":
-        return (f"{iface.interface}: asked the driver to turn {feature} off, but it still "
-                "reads back on")
-    return iface.message or f"{iface.interface}: {problem}"
-
-
 def _real_source() -> FeatureSource:
     from edgeheal.boundaries.kernel.ethtool import Ethtool  # noqa: PLC0415
 
@@ -626,14 +361,3 @@ def _enter_netns(name: str) -> None:
     from pyroute2 import netns  # noqa: PLC0415
 
     netns.setns(name, flags=0, fork=False)
-
-
-def report_detail(report: Report) -> dict[str, Any]:
-    """JSON-ready view of a pass for /status: {interface: {feature: outcome}}."""
-    out: dict[str, Any] = {
-        "interfaces": {i.interface: ({r.feature: r.outcome.value for r in i.results}
-                                     | ({"error": i.message} if i.error else {}))
-                       for i in report.interfaces}}
-    if report.unmatched:
-        out["unmatched"] = list(report.unmatched)
-    return out

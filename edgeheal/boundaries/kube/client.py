@@ -1,12 +1,8 @@
-"""The Kubernetes API boundary: this node's Flannel pods, Events on the Node, its condition.
+"""The Kubernetes API client: this node's Flannel pods, Events on the Node, its condition.
 
-Why a narrow module: the actor and the pod remedy need six calls, each of which must be
+Why a narrow client: the actor and the pod remedy need six calls, each of which must be
 bounded, retried politely and reported precisely, and none of which may ever leak the
-token. Everything about the API lives here, behind :class:`KubeClient` and its own
-exceptions (:class:`KubeError`, :class:`KubePermissionError`, :class:`KubeConflict`,
-:class:`KubeNotFound`).
-
-Credentials: lightkube (imported lazily, only when ``[kubernetes]`` is configured) loads a
+token. lightkube (imported lazily, only when ``[kubernetes]`` is configured) loads a
 kubeconfig — client certificate or bearer token, custom CA, embedded ``*-data`` or files, as
 K3s writes them — or the in-cluster service account (token file re-read on 401), and
 builds the TLS-configured HTTP client. The calls themselves are plain REST on that client
@@ -16,21 +12,15 @@ request function gives every call the same timeout, retry and error policy:
 - every call has ``[kubernetes] request_timeout``; a watch has an overall deadline;
 - 429 is retried after ``Retry-After`` (capped), 5xx and transport errors/timeouts with
   exponential backoff and full jitter, at most ``[kubernetes] retries`` times;
-- 401 and 403 are never retried: :class:`KubePermissionError` names the verb, resource and
-  namespace that is missing (the RBAC rule to add), or says the credentials were rejected;
+- 401 and 403 are never retried (:class:`~.errors.KubePermissionError`);
 - the token is only ever inside the HTTP client's auth object: no log line, error or repr
-  here contains a header. A transport error is described from its type, the errno or TLS
-  reason under it and the call, never with ``str()`` of the HTTP library's exception: h11's
-  ``Illegal header value b'Bearer <token>\\n'`` once carried a token into ``/status`` and the
-  log (issue 17). A token is checked before it is used (:func:`token_problem`: one line of
-  printable ASCII; a YAML block scalar ``token: |`` keeps a trailing newline, which kubectl
-  does not strip either), and ``edgeheal check-config`` checks the kubeconfig the same way
-  (:func:`check_kubeconfig`), naming the key, never the value.
+  here contains a header (:mod:`.errors` describes failures without it), and a token is
+  checked before it is used (:func:`~.credentials.token_problem`).
 
 Pod safety: :meth:`KubeClient.delete_pod` re-reads the pod and refuses unless it is still
 on this node with the same uid (one already Terminating is left to finish, never deleted
 again), then deletes with ``preconditions.uid`` so a pod that was
-replaced in between is never deleted by mistake (409 -> :class:`KubeConflict`).
+replaced in between is never deleted by mistake (409 -> :class:`~.errors.KubeConflict`).
 """
 
 from __future__ import annotations
@@ -38,17 +28,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
-import re
-import ssl
-import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from edgeheal.base.bare_import import skip_init
+from edgeheal.boundaries.kube.credentials import current_token_check
+from edgeheal.boundaries.kube.errors import (
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    KubePermissionError,
+    _permission,
+    _retry_after,
+    _status_message,
+    _transport_problem,
+)
+from edgeheal.boundaries.kube.pod import Pod
 from edgeheal.model import rfc3339
 
 if TYPE_CHECKING:
@@ -68,199 +65,8 @@ QUIET_LOGGERS = ("httpcore2", "httpx2", "h11")
 (the bearer token), so they never log below WARNING once a client exists."""
 
 
-class KubeError(Exception):
-    """A Kubernetes API call failed; the message names the call, never a credential."""
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class KubePermissionError(KubeError):
-    """401/403: a configuration problem (credentials or RBAC), not worth retrying."""
-
-
-class KubeConflict(KubeError):
-    """409: a precondition (the pod's uid) did not hold."""
-
-
-class KubeNotFound(KubeError):
-    """404: the object is gone."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pod:
-    namespace: str
-    name: str
-    uid: str
-    node: str
-    phase: str
-    ready: bool
-    deleting: bool
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> Pod:
-        meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status", {})
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                    for c in status.get("conditions") or ())
-        return cls(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
-                   uid=str(meta.get("uid", "")), node=str(spec.get("nodeName") or ""),
-                   phase=str(status.get("phase", "")), ready=ready,
-                   deleting=bool(meta.get("deletionTimestamp")))
-
-
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-# --- credentials ----------------------------------------------------------------------------
-
-KUBECONFIG_MAX = 1 << 20
-"""Largest kubeconfig read by :func:`check_kubeconfig`, bytes."""
-
-
-def token_problem(token: object) -> str:
-    """Why ``token`` cannot be sent as ``Authorization: Bearer <token>``, or ``""``. Never
-    quotes the token."""
-    if not isinstance(token, str):
-        return "is not a string"
-    if not token:
-        return "is empty"
-    if "\n" in token or "\r" in token:
-        body = token.rstrip("\r\n")
-        where = "ends with" if body and "\n" not in body and "\r" not in body else "contains"
-        return (f"{where} a line break (a YAML block scalar such as `token: |` keeps the "
-                "newline; write `token: <value>` on one line); the value is not shown")
-    if any(c in " \t" for c in token):
-        return "contains a space or tab; the value is not shown"
-    if not all("!" <= c <= "~" for c in token):
-        return ("contains a character that cannot go into an HTTP header (only printable "
-                "ASCII); the value is not shown")
-    return ""
-
-
-def check_kubeconfig(path: str, context: str = "") -> None:
-    """Check a kubeconfig file as far as it can be checked offline: YAML, the context, its
-    user's token (:func:`token_problem`), and the files it names. Raise :class:`KubeError`
-    naming the file and the key (``users[edgeheal].user.token``), never a value."""
-    doc = _kubeconfig_document(path)
-
-    def named(section: str, name: object) -> dict[str, Any]:
-        for entry in doc.get(section) or ():
-            if isinstance(entry, dict) and entry.get("name") == name:
-                return entry
-        raise KubeError(f"{path}: no entry named {_label(name)} under {section}")
-
-    chosen = context or doc.get("current-context")
-    if not chosen:
-        raise KubeError(f"{path}: no current-context; set [kubernetes] context")
-    ctx = named("contexts", chosen).get("context")
-    if not isinstance(ctx, dict):
-        raise KubeError(f"{path}: contexts[{_label(chosen)}].context is missing")
-    cluster_key = f"clusters[{_label(ctx.get('cluster'))}].cluster"
-    cluster = named("clusters", ctx.get("cluster")).get("cluster") or {}
-    if not isinstance(cluster, dict) or not cluster.get("server"):
-        raise KubeError(f"{path}: {cluster_key}.server is missing")
-    files = [(f"{cluster_key}.certificate-authority", cluster.get("certificate-authority"))]
-    if ctx.get("user") is not None:
-        user = named("users", ctx.get("user")).get("user") or {}
-        where = f"users[{_label(ctx.get('user'))}].user"
-        if not isinstance(user, dict):
-            raise KubeError(f"{path}: {where} is not a mapping")
-        if "token" in user and (problem := token_problem(user["token"])):
-            raise KubeError(f"{path}: {where}.token {problem}")
-        files += [(f"{where}.{key}", user.get(key))
-                  for key in ("tokenFile", "client-certificate", "client-key")]
-    for key, name in files:
-        if name is not None:
-            full = os.path.join(os.path.dirname(path), str(name))  # as kubectl resolves it
-            try:
-                _read_regular(full, limit=0)
-            except (OSError, ValueError) as err:
-                why = err.strerror if isinstance(err, OSError) else str(err)
-                raise KubeError(f"{path}: {key}: {_label(full)}: {why}") from None
-
-
-def _kubeconfig_document(path: str) -> dict[str, Any]:
-    import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 - lightkube's dependency
-
-    try:
-        data = _read_regular(path)
-    except OSError as err:
-        raise KubeError(f"{path}: cannot read: {err.strerror}") from None
-    except ValueError as err:
-        raise KubeError(f"{path}: {err}") from None
-    try:
-        doc = yaml.safe_load(data)
-    except yaml.YAMLError as err:  # its text quotes the line: the token, perhaps
-        mark = getattr(err, "problem_mark", None)
-        line = f" on line {mark.line + 1}" if mark is not None else ""
-        raise KubeError(f"{path}: not valid YAML{line}") from None
-    except RecursionError:
-        raise KubeError(f"{path}: not valid YAML (nested too deeply)") from None
-    if not isinstance(doc, dict):
-        raise KubeError(f"{path}: not a kubeconfig (expected a YAML mapping)")
-    return doc
-
-
-def _label(name: object) -> str:
-    """A kubeconfig's own name (context, user, file), made safe to print on one line."""
-    text = str(name)
-    return text if re.fullmatch(r"[\w.@:/+-]{1,200}", text) else repr(text[:60])
-
-
-def _read_regular(path: str, *, limit: int = KUBECONFIG_MAX) -> bytes:
-    """The first ``limit`` bytes of a regular file (``limit=0``: only check it opens);
-    ValueError for anything but a regular file or a file larger than ``limit``."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file")
-        if not limit:
-            return b""
-        data = os.read(fd, limit + 1)
-        if len(data) > limit:
-            raise ValueError(f"larger than {limit >> 10} KiB")
-        return data
-    finally:
-        os.close(fd)
-
-
-def _transport_problem(err: BaseException) -> str:
-    """Describe an HTTP transport error without ``str(err)``, which may quote a request
-    header (the bearer token): its type, and the errno or TLS reason found under it."""
-    name = type(err).__name__
-    detail = {
-        "LocalProtocolError": "the request is not valid HTTP (a credential with a line break "
-                              "or another character a header cannot hold?)",
-        "RemoteProtocolError": "the server's answer is not valid HTTP, or it closed the "
-                               "connection",
-        "ConnectError": "cannot connect to the API server",
-        "ReadError": "the connection failed while reading",
-        "WriteError": "the connection failed while writing",
-        "CloseError": "the connection failed while closing",
-        "ProxyError": "the proxy refused the connection",
-        "UnsupportedProtocol": "the server URL's scheme is not http or https",
-    }.get(name, "transport error")
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            detail += f": TLS: {cause.verify_message}"
-            break
-        if isinstance(cause, ssl.SSLError):
-            detail += f": TLS: {cause.reason or type(cause).__name__}"
-            break
-        if isinstance(cause, OSError) and cause.strerror:
-            detail += f": {cause.strerror}"
-            break
-        cause = cause.__cause__ or cause.__context__
-    return f"{name}: {detail}"
 
 
 class KubeClient:
@@ -312,7 +118,7 @@ class KubeClient:
                 if config.user is None:
                     raise KubeError(f"{source}: context {config.context_name!r} has no user")
                 if config.user.token is not None and not config.user.token_file \
-                        and (problem := token_problem(config.user.token)):
+                        and (problem := current_token_check()(config.user.token)):
                     raise KubeError(f"{source}: the token of context "
                                     f"{config.context_name!r} {problem}")
                 params = client_adapter.ConnectionParams(
@@ -561,41 +367,3 @@ class KubeClient:
                            what="patch nodes/status (cluster-scoped)", body=body,
                            content_type="application/strategic-merge-patch+json")
 
-
-_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)\s+[^\s'\"]+")
-
-
-def _status_message(resp: Any, secret: str = "") -> str:
-    """The API's own words about a failed call, shortened, with anything shaped like a
-    credential (``Bearer <token>``) and our own token blanked: a server or proxy may echo
-    a header back."""
-    try:
-        data = resp.json()
-    except ValueError:
-        text = (resp.text or "").strip()[:200] or str(resp.reason_phrase)
-    else:
-        text = (str(data["message"])[:300] if isinstance(data, dict) and data.get("message")
-                else str(resp.reason_phrase))
-    if secret:
-        text = text.replace(secret, "<redacted>")
-    return _CREDENTIAL.sub(lambda m: f"{m.group(1)} <redacted>", text)
-
-
-def _retry_after(resp: Any) -> float | None:
-    raw = resp.headers.get("Retry-After")
-    try:
-        return max(0.0, float(raw)) if raw is not None else None
-    except ValueError:
-        return None
-
-
-def _permission(status: int, what: str, message: str, kubeconfig: str) -> KubePermissionError:
-    source = kubeconfig or "the in-cluster service account"
-    if status == 401:
-        return KubePermissionError(
-            f"{what}: unauthorized (401): the API server rejected the credentials from "
-            f"{source} (expired or revoked token, or a client certificate it does not "
-            "trust); regenerate it with `edgeheal kubeconfig`", status=401)
-    return KubePermissionError(
-        f"{what}: forbidden (403): the agent's account lacks the permission to {what}; add "
-        f"it to its Role (see k3s-manifests/rbac.yaml). The API said: {message}", status=403)
