@@ -9,6 +9,7 @@ that snapshot and nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -145,7 +146,11 @@ class Snapshot:
     round_complete: bool = False
     """True once every enabled check has completed at least one run."""
     extras: Mapping[str, Any] = field(default_factory=dict)
-    """Per-subsystem views (e.g. ``path`` verdict, ``remediation``), JSON-ready."""
+    """Verdicts derived from the checks alone (the ``path`` verdict), JSON-ready. Never an
+    actor's view: the actors read this snapshot, so what they show lives in ``/status``."""
+    version: int = 0
+    """Counts the agent's publications; a reader that has seen version N awaits
+    ``Context.changed(N, timeout)`` for the next one."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checks", MappingProxyType(dict(self.checks)))
@@ -227,6 +232,11 @@ class AlertLink(Protocol):
         """Return at the next change of :attr:`state`."""
 
 
+async def _no_feed(version: int, at_most: float | None) -> None:
+    """:attr:`Context.changed` without an agent: nothing is published, so wait ``at_most``."""
+    await asyncio.sleep(at_most if at_most is not None else 3600.0)
+
+
 @dataclass(frozen=True)
 class Context:
     """What a check factory gets: settings, metrics, the clock, and the ways out."""
@@ -251,6 +261,10 @@ class Context:
     persisted records. Never used for a decision."""
     alert_link: AlertLink | None = None
     """The connection to ``[alerts] target``, built once by the agent (None without one)."""
+    changed: Callable[[int, float | None], Awaitable[None]] = field(default=_no_feed)
+    """``await changed(version, at_most)``: return once a snapshot newer than ``version``
+    is published, or after ``at_most`` seconds (None: no limit). The one way every actor
+    follows the snapshot; without an agent (tests) it only waits the timeout."""
 
 
 Severity = Literal["info", "warning", "critical"]

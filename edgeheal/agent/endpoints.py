@@ -37,7 +37,7 @@ import contextlib
 import logging
 import resource
 import socket
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -70,6 +70,9 @@ class Source(Protocol):
     @property
     def snapshot(self) -> Snapshot: ...
 
+    def views(self) -> Mapping[str, Any]:
+        """The actors' own views for ``/status`` (remediation, alerts), asked per request."""
+
     @property
     def live(self) -> bool:
         """True while the supervisor ticks (``/livez``)."""
@@ -91,7 +94,7 @@ AGENT: web.AppKey[Source] = web.AppKey("agent")
 
 def status_document(agent: Source) -> dict[str, Any]:
     snap = agent.snapshot
-    extras = dict(snap.extras)
+    extras = {**snap.extras, **agent.views()}
     remediation = dict(extras.pop("remediation", {}) or {})
     actions = remediation.pop("actions", [])
     doc: dict[str, Any] = {

@@ -129,6 +129,8 @@ class Agent:
         self._history: dict[str, tuple[CheckResult, ...]] = {}
         self._snapshot = Snapshot(node=config.node, checks={}, started_mono=self.started_mono,
                                   taken_mono=self.started_mono)
+        self._published = asyncio.Event()
+        """Set and replaced at every publication: what :meth:`changed` awaits."""
         self._ready_sent = False
         self._summary = ""
         self.hasten_spacing = hasten_spacing
@@ -139,7 +141,7 @@ class Agent:
         self.ctx = Context(config=config, registry=self.registry, clock=clock, wall=wall,
                            snapshot=lambda: self._snapshot, emit=self._emit,
                            control=self.control.register, alert_link=self.alert_link,
-                           hasten=self.hasten)
+                           hasten=self.hasten, changed=self.changed)
         self.checks: list[Check] = (
             list(checks) if checks is not None else registry.build(self.ctx))
         self.http_runner: Any = None
@@ -168,22 +170,42 @@ class Agent:
         return self._snapshot
 
     def _publish(self) -> None:
-        now = self.clock()
+        """Build the snapshot once from the checks' statuses and wake every follower."""
         round_complete = all(s.completed for s in self._statuses.values())
-        snap = Snapshot(node=self.config.node, checks=self._statuses,
-                        started_mono=self.started_mono, taken_mono=now,
-                        round_complete=round_complete)
-        extras: dict[str, Any] = {"path": path_verdict(snap, self.config)}
+        self._snapshot = Snapshot(
+            node=self.config.node, checks=self._statuses, started_mono=self.started_mono,
+            taken_mono=self.clock(), round_complete=round_complete,
+            extras={"path": path_verdict(self._statuses, self.config)},
+            version=self._snapshot.version + 1)
+        woken, self._published = self._published, asyncio.Event()
+        woken.set()
+
+    async def changed(self, version: int, at_most: float | None) -> None:
+        """Return once a snapshot newer than ``version`` is out, or after ``at_most`` s."""
+        if self._snapshot.version != version:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._published.wait(), at_most)
+
+    def views(self) -> dict[str, Any]:
+        """What the actors show in ``/status``: asked at request time, never snapshotted."""
+        out: dict[str, Any] = {}
         if self.remediator is not None:
-            extras["remediation"] = self.remediator.view()
+            out["remediation"] = self.remediator.view()
         if self.uplink_remediator is not None:
-            extras["uplink_remediation"] = self.uplink_remediator.view()
-        extras["alerts"] = self.alerts.view()
-        snap = Snapshot(node=snap.node, checks=snap.checks, started_mono=snap.started_mono,
-                        taken_mono=snap.taken_mono, round_complete=round_complete,
-                        extras=extras)
-        self._snapshot = snap
-        self.alerts.observe(snap)
+            out["uplink_remediation"] = self.uplink_remediator.view()
+        out["alerts"] = self.alerts.view()
+        return out
+
+    async def _follow_for_alerts(self) -> None:
+        """Hand every new snapshot to the alert engine, the same way the ladders follow it."""
+        seen = -1
+        while True:
+            snap = self._snapshot
+            if snap.version != seen:
+                seen = snap.version
+                self.alerts.observe(snap)
+            await self.changed(seen, None)
 
     def _record(self, check: Check, result: CheckResult, duration: float, outcome: str) -> None:
         old = self._statuses[check.name]
@@ -335,6 +357,7 @@ class Agent:
                      ", ".join(c.name for c in self.checks) or "none",
                      ", ".join(self.config.http.listen))
             tasks.append(_spawn("edgeheal.supervisor", self._supervise))
+            tasks.append(_spawn("edgeheal.alerts.follow", self._follow_for_alerts))
             for check in self.checks:
                 tasks.append(_spawn(f"edgeheal.check.{check.name}",
                                     lambda c=check: self._check_loop(c)))  # type: ignore[misc]

@@ -83,16 +83,17 @@ class ByPath:
         return "unknown"
 
 
-def by_path(snapshot: Snapshot, config: Config) -> ByPath:
-    """Project a snapshot onto the two paths (pure)."""
+def by_path(snapshot: Snapshot | Mapping[str, CheckStatus], config: Config) -> ByPath:
+    """Project a snapshot (or the statuses it is about to be built from) onto the paths."""
+    checks = snapshot.checks if isinstance(snapshot, Snapshot) else snapshot
     names = {path: targets(config, path) for path in PATHS}
-    statuses = {path: {n: snapshot.checks[n] for n in names[path]
-                       if n in snapshot.checks and snapshot.checks[n].completed}
+    statuses = {path: {n: checks[n] for n in names[path] if n in checks and checks[n].completed}
                 for path in PATHS}
     return ByPath(names=names, statuses=statuses)
 
 
-def path_verdict(snapshot: Snapshot, config: Config) -> dict[str, Any]:
+def path_verdict(snapshot: Snapshot | Mapping[str, CheckStatus],
+                 config: Config) -> dict[str, Any]:
     """The verdict as a JSON-ready dict (``/status`` extras ``path``)."""
     paths = by_path(snapshot, config)
     tunnel, direct = paths.state("tunnel"), paths.state("direct")

@@ -59,7 +59,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgeheal.remediation.actor")  # the name operators grep for
 
 TICK = 0.2
-"""How often the snapshot is looked at for a change, seconds."""
+"""The longest wait for a new snapshot (``ctx.changed``) before the time-based gates are
+looked at again, seconds: a new snapshot wakes the actor at once."""
 EVALUATE_EVERY = 1.0
 """Evaluate at least this often even without a snapshot change (time-based gates)."""
 REPROBE_EVERY = 60.0
@@ -168,7 +169,7 @@ class Remediator:
                 if self.reprobe_wanted() and now - last_probe >= REPROBE_EVERY:
                     last_probe = now
                     await self.resolve()
-                await asyncio.sleep(self.tick)
+                await self.ctx.changed(snap.version, self.tick)
         finally:
             self.reporter.cancel()
             if self._kube is not None:
@@ -357,7 +358,7 @@ class Remediator:
                 for name in names:
                     if not _fresh_ok(snap, name, since):
                         self.ctx.hasten(name)
-            await asyncio.sleep(self.tick)
+            await self.ctx.changed(snap.version, self.tick)
         return False
 
     def _emit(self, kind: str, message: str, detail: Mapping[str, Any],
