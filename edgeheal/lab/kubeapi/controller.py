@@ -49,6 +49,8 @@ class Controller(Store):
         self.on_replace: list[Callable[[Obj, Obj], None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
+    # --- the world, as a test arranges it -------------------------------------------------
+
     def add_node(self, name: str) -> Obj:
         index = len(self._store["nodes"]) + 10
         created = timestamp()
@@ -81,6 +83,11 @@ class Controller(Store):
             self._create_pod(ds, name, ready=True)
         return node
 
+    def condition(self, node: str, kind: str) -> Obj | None:
+        for cond in self.node(node)["status"]["conditions"]:
+            if cond["type"] == kind:
+                return dict(cond)
+        return None
 
     def add_daemonset(self, namespace: str, name: str, labels: dict[str, str]) -> None:
         ds = _DaemonSet(namespace, name, dict(labels))
@@ -94,7 +101,6 @@ class Controller(Store):
         pod = self._pod_obj(namespace, name, node, labels, ready=ready, owner=None)
         self._put("pods", pod, "ADDED")
         return pod
-
 
     def pod_on(self, namespace: str, node: str, selector: str = "app=flannel") -> Obj:
         """The one live (not Terminating) pod matching ``selector`` on ``node``;
@@ -122,6 +128,8 @@ class Controller(Store):
     def terminating(self, namespace: str, node: str | None = None) -> list[Obj]:
         """The pods with a ``deletionTimestamp`` still listed (their grace period)."""
         return [p for p in self.pods(namespace, node) if p["metadata"].get("deletionTimestamp")]
+
+    # --- pods as the API server stores them -----------------------------------------------
 
     def _node_ip(self, node: str) -> str:
         found = self._store["nodes"].get(("", node))
@@ -185,6 +193,8 @@ class Controller(Store):
         pod["status"].update(self._pod_status(ready))
         self._put("pods", pod, "MODIFIED")
 
+    # --- the controllers ------------------------------------------------------------------
+
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -216,10 +226,3 @@ class Controller(Store):
         pod["status"].update(self._pod_status(False, stopped=True))
         self._put("pods", pod, "MODIFIED")
         self._put("pods", pod, "DELETED")
-
-    def condition(self, node: str, kind: str) -> Obj | None:
-        for cond in self.node(node)["status"]["conditions"]:
-            if cond["type"] == kind:
-                return dict(cond)
-        return None
-

@@ -103,4 +103,3 @@ class Faults:
         if fault.retry_after is not None:
             injected.headers["Retry-After"] = f"{fault.retry_after:g}"
         return injected
-

@@ -204,4 +204,3 @@ class Reads(Store):
         with contextlib.suppress(ConnectionResetError):
             await resp.write_eof()
         return resp
-

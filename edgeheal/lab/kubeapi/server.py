@@ -227,4 +227,3 @@ class FakeKube(Writes, Reads, Authz, Faults):
             raise ApiError(404, "NotFound", "the server could not find the requested "
                            "resource")
         return web.json_response(found)
-

@@ -199,4 +199,3 @@ class Writes(Controller):
             node["status"]["conditions"] = list(by_type.values())
         self._put("nodes", node, "MODIFIED")
         return web.json_response(node)
-
