@@ -61,6 +61,13 @@ Inspect what happened through :attr:`FakeKube.requests`, :attr:`FakeKube.authori
 :attr:`FakeKube.deletions`, :attr:`FakeKube.events` and :meth:`FakeKube.node`. Where it still
 differs from a real API server is listed in the README's Tests section. This is lab code:
 never imported by the agent.
+
+Where each part lives: :mod:`.server` composes :class:`FakeKube` from :mod:`.store` (the
+objects, resourceVersions, history and watchers), :mod:`.controller` (nodes, the
+DaemonSet controller, the kubelet), :mod:`.authz` (users, the permission table, the self
+reviews), :mod:`.faults`, :mod:`.reads` (list and watch) and :mod:`.writes` (delete,
+create, patch), over :mod:`.wire` (paths, the error ``Status``), :mod:`.discovery`,
+:mod:`.selectors` and :mod:`.protobuf`.
 """
 
 from edgeheal.lab.kubeapi.selectors import (
