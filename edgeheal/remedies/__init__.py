@@ -56,7 +56,7 @@ class Availability:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class RemedyOutcome:
     """What one restart did: ``target`` names the pod or unit acted on."""
 
     target: str
@@ -71,7 +71,7 @@ class Remedy(Protocol):
         """Can this remedy act on this node? (used by ``mode = "auto"``)"""
         ...
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         """Restart Flannel and return once the replacement is up (pod Ready / unit
         active), or raise :class:`RemedyError`. Tunnel recovery is verified by the caller."""
         ...

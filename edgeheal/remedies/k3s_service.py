@@ -65,8 +65,8 @@ from edgeheal.boundaries.bus import (
 from edgeheal.remedies import (
     Availability,
     Needs,
-    Outcome,
     RemedyError,
+    RemedyOutcome,
     RemedyRegistration,
     register,
 )
@@ -141,7 +141,7 @@ class K3sServiceRemedy:
             return Availability(False, str(err))
         return Availability(unit is not None, why)
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         started = time.monotonic()
         async with self._connect() as bus:
             unit, why = await self._resolve(bus)
@@ -210,7 +210,7 @@ class K3sServiceRemedy:
                       f"loaded and {'both' if active else 'neither'} active; set "
                       "[remediation.service] unit")
 
-    async def _restart(self, bus: _Systemd, unit: str, started: float) -> Outcome:
+    async def _restart(self, bus: _Systemd, unit: str, started: float) -> RemedyOutcome:
         from dbus_fast import MessageType  # noqa: PLC0415
 
         (owner,) = await bus.bus.call(DBUS, DBUS_PATH, DBUS, "GetNameOwner", "s", [SYSTEMD])
@@ -271,7 +271,7 @@ class K3sServiceRemedy:
         took = time.monotonic() - started
         log.info("%s restarted and active again after %.1f s", unit, took,
                  extra={"remedy": self.mode, "unit": unit})
-        return Outcome(target=unit, detail=f"job {job} done; {unit} active after {took:.1f}s")
+        return RemedyOutcome(target=unit, detail=f"job {job} done; {unit} active after {took:.1f}s")
 
     def _left(self, started: float) -> float:
         return max(0.0, self.settings.timeout - (time.monotonic() - started))

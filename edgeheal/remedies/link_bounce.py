@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from edgeheal.remedies import (
     UPLINK,
     Availability,
-    Outcome,
     RemedyError,
+    RemedyOutcome,
     RemedyRegistration,
     register,
 )
@@ -58,7 +58,7 @@ class LinkBounce:
             return Availability(False, str(err))
         return Availability(True, f"bounces {', '.join(names)} over rtnetlink")
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415
 
         names = await self._names()
@@ -68,7 +68,7 @@ class LinkBounce:
             except ifstate.IfStateError as err:
                 raise RemedyError(str(err), config_problem="ermission" in str(err)) \
                     from err
-        return Outcome(target=", ".join(names))
+        return RemedyOutcome(target=", ".join(names))
 
 
 register(RemedyRegistration(

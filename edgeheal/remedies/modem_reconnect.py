@@ -32,8 +32,8 @@ from edgeheal.boundaries.bus import PROPERTIES, BusError, connect, system_addres
 from edgeheal.remedies import (
     UPLINK,
     Availability,
-    Outcome,
     RemedyError,
+    RemedyOutcome,
     RemedyRegistration,
     register,
 )
@@ -131,7 +131,7 @@ class ModemReconnect:
         return Availability(True, f"modem {modem.path}, bearer {bearer.path} "
                             f"({bearer.interface or 'no interface'}) via ModemManager")
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         from edgeheal.boundaries.modemmanager import ModemError  # noqa: PLC0415
 
         modem, bearer = await self._target()
@@ -139,7 +139,7 @@ class ModemReconnect:
             await self.manager().reconnect(modem, bearer)
         except ModemError as err:
             raise RemedyError(f"ModemManager reconnect failed: {err}") from err
-        return Outcome(target=f"{modem.path} bearer {bearer.path}")
+        return RemedyOutcome(target=f"{modem.path} bearer {bearer.path}")
 
     async def close(self) -> None:
         if self._manager is not None:

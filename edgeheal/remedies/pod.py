@@ -31,8 +31,8 @@ from edgeheal.boundaries.kube import KubeConflict, KubeError, KubeNotFound, Kube
 from edgeheal.remedies import (
     Availability,
     Needs,
-    Outcome,
     RemedyError,
+    RemedyOutcome,
     RemedyRegistration,
     register,
 )
@@ -87,14 +87,14 @@ class PodRemedy:
             return Availability(False, str(err))
         return Availability(True, f"Flannel pod {pod.ref} is on node {self.node}")
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         pods = await self._pods()
         began = self.clock()
         if (going := _terminating_only(pods)) is not None:
             # Deleted already (kubectl, or our own attempt cut short): deleting it again
             # would change nothing; wait for the replacement instead.
             new = await self._wait_replacement(going, deleted=False)
-            return Outcome(target=f"pod {going.ref}",
+            return RemedyOutcome(target=f"pod {going.ref}",
                            detail=f"was already terminating; replaced by {new.name} (Ready "
                                   f"after {self.clock() - began:.1f}s)")
         pod = await self._this_nodes_pod(pods)
@@ -109,7 +109,7 @@ class PodRemedy:
         except KubeError as err:
             raise RemedyError(f"cannot delete {pod.ref}: {err}") from err
         new = await self._wait_replacement(pod, deleted=True)
-        return Outcome(target=f"pod {pod.ref}",
+        return RemedyOutcome(target=f"pod {pod.ref}",
                        detail=f"replaced by {new.name} (Ready after "
                               f"{self.clock() - began:.1f}s)")
 

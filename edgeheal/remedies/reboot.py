@@ -25,8 +25,8 @@ from edgeheal.boundaries.bus import BusError, connect, system_address
 from edgeheal.remedies import (
     UPLINK,
     Availability,
-    Outcome,
     RemedyError,
+    RemedyOutcome,
     RemedyRegistration,
     register,
 )
@@ -58,7 +58,7 @@ class Reboot:
             return Availability(False, f"logind CanReboot says {answer}")
         return Availability(True, f"logind Reboot (CanReboot: {answer})")
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         try:
             async with connect(self.address) as bus:
                 await bus.call(LOGIND, LOGIND_PATH, LOGIND_MANAGER, "Reboot", "b", [False])
@@ -66,7 +66,7 @@ class Reboot:
             raise RemedyError(f"logind refused the reboot: {err}",
                               config_problem=err.kind in ("denied", "absent")) \
                 from err
-        return Outcome(target="node")
+        return RemedyOutcome(target="node")
 
 
 def _unavailable(config: Config) -> str:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from edgeheal.remedies import (
     UPLINK,
     Availability,
-    Outcome,
     RemedyError,
+    RemedyOutcome,
     RemedyRegistration,
     register,
 )
@@ -90,7 +90,7 @@ class UsbReauthorize:
             return Availability(False, str(err))
         return Availability(True, f"re-authorizes USB device {path.name}")
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         path = await self._path()
         attr = path / "authorized"
         try:
@@ -106,7 +106,7 @@ class UsbReauthorize:
             except OSError as err:
                 raise RemedyError(f"de-authorized {path.name} but cannot authorize it "
                                   f"again: {err.strerror}; a human is needed") from err
-        return Outcome(target=f"usb {path.name}")
+        return RemedyOutcome(target=f"usb {path.name}")
 
 
 def _unavailable(config: Config) -> str:

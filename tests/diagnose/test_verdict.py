@@ -10,8 +10,8 @@ import pytest
 
 from edgeheal.boundaries.wg.readings import DeviceStats, PeerStats
 from edgeheal.tools.diagnose import (
+    CaptureEvidence,
     Code,
-    Evidence,
     PeerEvidence,
     Tally,
     UdpCounters,
@@ -93,8 +93,8 @@ def test_each_peer_pattern_gives_its_finding(name: str, evidence: PeerEvidence,
 
 def evidence(*peers: PeerEvidence, offload: Mapping[str, bool] | None = None,
              udp: tuple[int, int] = (0, 0), interfaces: tuple[str, ...] = ("flannel-wg",),
-             ) -> Evidence:
-    return Evidence(uplink="wwan0", seconds=10.0, ports=(51820,), interfaces=interfaces,
+             ) -> CaptureEvidence:
+    return CaptureEvidence(uplink="wwan0", seconds=10.0, ports=(51820,), interfaces=interfaces,
                     offload=offload if offload is not None else {"tx-checksum-ipv4": False},
                     udp_before=UdpCounters(0, 0), udp_after=UdpCounters(*udp),
                     peers=peers, packets=sum(sum(p.sent.values()) + sum(p.received.values())

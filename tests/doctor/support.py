@@ -11,7 +11,7 @@ from typing import Any
 from edgeheal.boundaries.wg.readings import DeviceStats, NoSuchDevice, PeerStats
 from edgeheal.config import Config
 from edgeheal.settings import loads
-from edgeheal.tools.doctor.system import KernelClock, Link, NoBus, Route, System
+from edgeheal.tools.doctor.system import KernelClock, NoBus, NodeLink, Route, System
 
 CLOUD = "Y2xvdWQtcHVibGljLWtleS0wMDAwMDAwMDAwMDAwMDA="
 NEIGHBOUR = "bmVpZ2hib3VyLXB1YmxpYy1rZXktMDAwMDAwMDAwMDA="
@@ -50,7 +50,7 @@ def device(*peers: PeerStats, name: str = "flannel-wg") -> DeviceStats:
 class Node:
     """A recorded node: links with MTUs, a route table by destination, WireGuard devices."""
 
-    links: dict[str, Link] = field(default_factory=dict)
+    links: dict[str, NodeLink] = field(default_factory=dict)
     routes: dict[str, Route] = field(default_factory=dict)
     devices: dict[str, DeviceStats] = field(default_factory=dict)
     echo_limit: int | None = None
@@ -60,9 +60,9 @@ class Node:
     """systemd's units by name (None: no system bus)."""
 
     def link(self, name: str, mtu: int) -> None:
-        self.links[name] = Link(name, len(self.links) + 1, mtu, "UP")
+        self.links[name] = NodeLink(name, len(self.links) + 1, mtu, "UP")
 
-    async def _links(self) -> dict[str, Link]:
+    async def _links(self) -> dict[str, NodeLink]:
         return dict(self.links)
 
     async def _route(self, address: str) -> Route:

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from edgeheal import config as cfg
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
-from edgeheal.remedies import Availability, Outcome, RemedyError
+from edgeheal.remedies import Availability, RemedyError, RemedyOutcome
 from tests.support import Clock, until
 
 __all__ = ["EPOCH", "Clock", "ScriptedRemedy", "World", "make_config", "snapshot", "status",
@@ -124,11 +124,11 @@ class ScriptedRemedy:
     async def probe(self) -> Availability:
         return Availability(self.usable, self.why)
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         self.calls += 1
         await asyncio.sleep(0)
         if self.error is not None:
             raise self.error
         if self.on_restart is not None:
             self.on_restart()
-        return Outcome(target=f"{self.mode} flannel-xyz")
+        return RemedyOutcome(target=f"{self.mode} flannel-xyz")

@@ -14,7 +14,7 @@ import pytest
 from edgeheal.agent import remediation
 from edgeheal.agent.remediation import Remediator
 from edgeheal.model import State
-from edgeheal.remedies import Outcome, RemedyError
+from edgeheal.remedies import RemedyError, RemedyOutcome
 from tests.remediation.support import (
     Clock,
     ScriptedRemedy,
@@ -266,7 +266,7 @@ async def test_a_restart_interrupted_by_a_kill_still_counts(tmp_path: Path) -> N
     rem = remediator(world, {"pod": remedy})
     await rem.resolve()
 
-    async def restart_forever() -> Outcome:
+    async def restart_forever() -> RemedyOutcome:
         remedy.calls += 1
         await hang.wait()
         raise AssertionError("never reached")
@@ -327,7 +327,7 @@ async def test_a_first_reading_after_kill_9_does_not_clear_the_streak(tmp_path: 
     await rem.resolve()
     hang = asyncio.Event()
 
-    async def delete_then_hang() -> Outcome:
+    async def delete_then_hang() -> RemedyOutcome:
         remedy_a.calls += 1
         await hang.wait()
         raise AssertionError("never reached")

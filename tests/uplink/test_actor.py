@@ -18,7 +18,7 @@ from edgeheal import config as cfg
 from edgeheal.agent.remediation import Remediator, build_uplink
 from edgeheal.agent.remediation.uplink_actor import UplinkRemediator
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
-from edgeheal.remedies import Availability, Outcome
+from edgeheal.remedies import Availability, RemedyOutcome
 from tests.support import Clock
 
 RUNGS = ("modem-reconnect", "link-bounce", "usb-reauthorize", "reboot")
@@ -65,12 +65,12 @@ class Rung:
     async def probe(self) -> Availability:
         return Availability(True, f"scripted {self.mode}")
 
-    async def restart(self) -> Outcome:
+    async def restart(self) -> RemedyOutcome:
         self.calls += 1
         self.world.order.append(f"rung:{self.mode}")
         if self.cures:
             self.world.healthy = True
-        return Outcome(target=self.mode)
+        return RemedyOutcome(target=self.mode)
 
 
 class World:
@@ -175,9 +175,9 @@ async def test_an_agent_killed_mid_rung_resumes_the_ladder_within_its_budget(
     path = tmp_path / "state" / "uplink-history.json"
     disk: list[str] = []
 
-    async def dies() -> Outcome:
+    async def dies() -> RemedyOutcome:
         disk.append(path.read_text())  # what is on disk when SIGKILL lands mid-rung
-        return Outcome(target="never seen")
+        return RemedyOutcome(target="never seen")
 
     rungs["modem-reconnect"].restart = dies  # type: ignore[method-assign]
     world.clock.advance(100)

@@ -69,7 +69,7 @@ class Interface:
 
 
 @dataclass(frozen=True, slots=True)
-class Link:
+class UplinkLink:
     """One interface as sysfs shows it (:func:`links`): no addresses, no routes."""
 
     name: str
@@ -101,7 +101,7 @@ def _int(text: str, base: int = 10) -> int:
         return 0
 
 
-def links(patterns: tuple[str, ...], root: Path = SYSFS) -> tuple[Link, ...]:
+def links(patterns: tuple[str, ...], root: Path = SYSFS) -> tuple[UplinkLink, ...]:
     """Every interface under ``root`` matching ``patterns``, in index order (sysfs only:
     a few tiny reads per interface, done inline since sysfs never waits on a disk)."""
     if not patterns:
@@ -117,7 +117,7 @@ def links(patterns: tuple[str, ...], root: Path = SYSFS) -> tuple[Link, ...]:
         if not index:  # gone since the listing
             continue
         flags = _int(_text(d / "flags"), 16)
-        out.append(Link(
+        out.append(UplinkLink(
             name=name, index=index, oper=(_text(d / "operstate") or "unknown").upper(),
             admin_up=bool(flags & 0x1), carrier=_text(d / "carrier") == "1",
             carrier_changes=_int(_text(d / "carrier_changes")),

@@ -10,7 +10,7 @@ module per job, so each can be tested on its own:
 * :mod:`~edgeheal.tools.diagnose.capture`: N seconds of the tunnel's UDP on the uplink (scapy,
   imported only there, and a BPF filter built here);
 * :mod:`~edgeheal.tools.diagnose.evidence`: the devices, the uplink, its offload, the kernel's UDP
-  counters around the capture, joined into one frozen :class:`Evidence`;
+  counters around the capture, joined into one frozen :class:`CaptureEvidence`;
 * :mod:`~edgeheal.tools.diagnose.report`: the verdict, a pure function of the evidence, and its
   text and JSON forms.
 
@@ -33,7 +33,7 @@ from edgeheal.tools.diagnose.capture import (
 from edgeheal.tools.diagnose.errors import CaptureUnavailable, DiagnoseError, EnvironmentProblem
 from edgeheal.tools.diagnose.evidence import (
     MAX_SECONDS,
-    Evidence,
+    CaptureEvidence,
     PeerEvidence,
     UdpCounters,
     build_evidence,
@@ -46,7 +46,7 @@ from edgeheal.tools.diagnose.evidence import (
 )
 from edgeheal.tools.diagnose.report import (
     Code,
-    Finding,
+    PeerFinding,
     Verdict,
     judge,
     judge_peer,
@@ -59,16 +59,43 @@ from edgeheal.tools.diagnose.wire import Direction, MessageType, Tally, classify
 async def diagnose(config: Any, *, interface: str | None = None,
                    seconds: float | None = None,
                    capture_fn: Callable[..., Tally] | None = None,
-                   ) -> tuple[Evidence, Verdict]:
+                   ) -> tuple[CaptureEvidence, Verdict]:
     """Gather the evidence (blocking capture in a worker thread) and judge it."""
     evidence = await gather(config, interface=interface, seconds=seconds,
                             capture_fn=capture_fn)
     return evidence, judge(evidence)
 
 
-__all__ = ["MAX_SECONDS", "CaptureUnavailable", "Code", "DiagnoseError", "Direction",
-           "EnvironmentProblem", "Evidence", "Finding", "MessageType", "PeerEvidence", "Tally",
-           "UdpCounters", "Verdict", "attach_filter", "bpf_program", "build_evidence",
-           "choose_uplink", "classify", "default_seconds", "diagnose", "direction",
-           "gather", "has_cap_net_raw", "judge", "judge_peer", "link_down", "parse_snmp",
-           "read_udp_counters", "render", "require_capture", "to_json"]
+__all__ = [
+    "MAX_SECONDS",
+    "CaptureEvidence",
+    "CaptureUnavailable",
+    "Code",
+    "DiagnoseError",
+    "Direction",
+    "EnvironmentProblem",
+    "MessageType",
+    "PeerEvidence",
+    "PeerFinding",
+    "Tally",
+    "UdpCounters",
+    "Verdict",
+    "attach_filter",
+    "bpf_program",
+    "build_evidence",
+    "choose_uplink",
+    "classify",
+    "default_seconds",
+    "diagnose",
+    "direction",
+    "gather",
+    "has_cap_net_raw",
+    "judge",
+    "judge_peer",
+    "link_down",
+    "parse_snmp",
+    "read_udp_counters",
+    "render",
+    "require_capture",
+    "to_json",
+]

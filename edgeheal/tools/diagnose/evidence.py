@@ -11,7 +11,7 @@
 5. the capture (:mod:`edgeheal.tools.diagnose.capture`) in between.
 
 :func:`build_evidence` then joins the capture with the devices' peers by endpoint into one
-frozen :class:`Evidence`, pure, so the join is tested without a capture. Whether a peer's
+frozen :class:`CaptureEvidence`, pure, so the join is tested without a capture. Whether a peer's
 handshake completed during the capture is the shared health model's answer
 (:func:`edgeheal.boundaries.wg.health.new_handshake`), the same the ``wireguard`` check uses.
 """
@@ -127,7 +127,7 @@ class PeerEvidence:
 
 
 @dataclass(frozen=True, slots=True)
-class Evidence:
+class CaptureEvidence:
     uplink: str
     seconds: float
     ports: tuple[int, ...]
@@ -256,7 +256,7 @@ def build_evidence(*, uplink: str, seconds: float, before: Sequence[DeviceStats]
                    after: Sequence[DeviceStats], missing: Sequence[str], tally: Tally,
                    offload: Mapping[str, bool] | None, udp_before: UdpCounters | None,
                    udp_after: UdpCounters | None, now: float, notes: Sequence[str] = (),
-                   uplink_down: str | None = None) -> Evidence:
+                   uplink_down: str | None = None) -> CaptureEvidence:
     """Join the capture with the devices' peers by endpoint. Pure."""
     peers_before = {(d.interface, p.public_key): p for d in before for p in d.peers}
     by_endpoint: dict[str, tuple[str, PeerStats]] = {}
@@ -274,7 +274,7 @@ def build_evidence(*, uplink: str, seconds: float, before: Sequence[DeviceStats]
         if endpoint not in seen:
             out.append(_peer_evidence(endpoint, match, peers_before, tally))
     ports = tuple(sorted({d.listen_port for d in after or before if d.listen_port}))
-    return Evidence(uplink=uplink, seconds=seconds, ports=ports,
+    return CaptureEvidence(uplink=uplink, seconds=seconds, ports=ports,
                     interfaces=tuple(d.interface for d in before),
                     missing_interfaces=tuple(missing), offload=offload,
                     uplink_down=uplink_down or (
@@ -301,7 +301,7 @@ def _peer_evidence(endpoint: str, match: tuple[str, PeerStats] | None,
 
 
 async def gather(config: Any, *, interface: str | None = None, seconds: float | None = None,
-                 capture_fn: Callable[..., Tally] | None = None) -> Evidence:
+                 capture_fn: Callable[..., Tally] | None = None) -> CaptureEvidence:
     """Gather the evidence: devices, uplink, offload, counters, and the capture (blocking,
     in a worker thread) between two readings of the devices."""
     if seconds is not None and not 0 < seconds <= MAX_SECONDS:
@@ -329,7 +329,7 @@ async def gather(config: Any, *, interface: str | None = None, seconds: float | 
         notes.append("not present: " + ", ".join(missing))
     ports = sorted({d.listen_port for d in devices if d.listen_port})
     if not devices or not ports:
-        return Evidence(uplink=uplink, seconds=0.0, ports=(), interfaces=(),
+        return CaptureEvidence(uplink=uplink, seconds=0.0, ports=(), interfaces=(),
                         missing_interfaces=tuple(missing), offload=offload,
                         uplink_down=link_down(uplink), now=time.time(), notes=tuple(notes))
     down_before = link_down(uplink)
@@ -344,6 +344,6 @@ async def gather(config: Any, *, interface: str | None = None, seconds: float | 
                           notes=notes, uplink_down=down_before or link_down(uplink))
 
 
-__all__ = ["DEFAULT_MIN_SECONDS", "MAX_SECONDS", "Evidence", "PeerEvidence", "UdpCounters",
+__all__ = ["DEFAULT_MIN_SECONDS", "MAX_SECONDS", "CaptureEvidence", "PeerEvidence", "UdpCounters",
            "build_evidence", "choose_uplink", "default_seconds", "gather", "link_down",
            "parse_snmp", "read_devices", "read_udp_counters"]

@@ -1,4 +1,4 @@
-"""The verdict: a pure judgement of the :class:`~edgeheal.tools.diagnose.evidence.Evidence`,
+"""The verdict: a pure judgement of the :class:`~edgeheal.tools.diagnose.evidence.CaptureEvidence`,
 and its rendering as text for an operator or JSON for a tool.
 
 :func:`judge` gives one finding per peer and an overall verdict (the worst, in the order
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgeheal.tools.diagnose.evidence import Evidence, PeerEvidence, UdpCounters
+from edgeheal.tools.diagnose.evidence import CaptureEvidence, PeerEvidence, UdpCounters
 from edgeheal.tools.diagnose.wire import MessageType
 
 
@@ -80,7 +80,7 @@ ADVICE = {
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class PeerFinding:
     peer: PeerEvidence
     code: Code
     why: str
@@ -92,7 +92,7 @@ class Verdict:
     code: Code
     summary: str
     advice: str
-    findings: tuple[Finding, ...]
+    findings: tuple[PeerFinding, ...]
     notes: tuple[str, ...]
 
     @property
@@ -105,7 +105,7 @@ def _total(counts: Mapping[str, int], *types: MessageType) -> int:
     return sum(n for k, n in counts.items() if wanted is None or k in wanted)
 
 
-def judge_peer(peer: PeerEvidence, *, offload_on: bool | None) -> Finding:
+def judge_peer(peer: PeerEvidence, *, offload_on: bool | None) -> PeerFinding:
     """One peer's evidence -> its finding (pure; the rules of the module docstring)."""
     sent, received = peer.sent, peer.received
     init_out = _total(sent, MessageType.INITIATION)
@@ -114,20 +114,20 @@ def judge_peer(peer: PeerEvidence, *, offload_on: bool | None) -> Finding:
     init_in = _total(received, MessageType.INITIATION)
     data_in = _total(received, MessageType.TRANSPORT, MessageType.KEEPALIVE)
     if not sent and not received:
-        return Finding(peer, Code.QUIET, "nothing sent or received")
+        return PeerFinding(peer, Code.QUIET, "nothing sent or received")
     if not _total(received) and init_out and offload_on:
         # Behind a carrier NAT the cloud often cannot reach us first, so the incident can
         # look like this too; TX offload on is a known cause and cheap to rule out.
-        return Finding(peer, Code.CHECKSUM_OFFLOAD,
+        return PeerFinding(peer, Code.CHECKSUM_OFFLOAD,
                        f"{init_out} initiation(s) sent, nothing received at all, while TX "
                        "checksum offload is on (if the fix does not help, the uplink or the "
                        "cloud path is down)")
     if not _total(received):
-        return Finding(peer, Code.PATH_DOWN,
+        return PeerFinding(peer, Code.PATH_DOWN,
                        f"sent {_total(sent)} packet(s) ({_list(sent)}), received none")
     advanced = peer.advanced
     if resp_in and advanced is False:
-        return Finding(peer, Code.HANDSHAKE_REJECTED,
+        return PeerFinding(peer, Code.HANDSHAKE_REJECTED,
                        f"received {resp_in} handshake response(s) but the last handshake "
                        "did not change")
     unanswered_init = init_out > 0 and resp_in == 0
@@ -141,18 +141,18 @@ def judge_peer(peer: PeerEvidence, *, offload_on: bool | None) -> Finding:
                         "confirmed by data")
         why = "; ".join(what)
         if offload_on:
-            return Finding(peer, Code.CHECKSUM_OFFLOAD, why + "; TX checksum offload is on")
-        return Finding(peer, Code.UNANSWERED, why)
+            return PeerFinding(peer, Code.CHECKSUM_OFFLOAD, why + "; TX checksum offload is on")
+        return PeerFinding(peer, Code.UNANSWERED, why)
     if init_in and not resp_out and not data_in and advanced is not True:
-        return Finding(peer, Code.HANDSHAKE_REJECTED,
+        return PeerFinding(peer, Code.HANDSHAKE_REJECTED,
                        f"received {init_in} initiation(s) from the peer and answered none: "
                        "this device does not accept its key")
     if data_in or advanced or (resp_in and advanced is None):
-        return Finding(peer, Code.HEALTHY,
+        return PeerFinding(peer, Code.HEALTHY,
                        f"received {data_in} transport/keepalive message(s)"
                        + ("; a handshake completed" if advanced else "")
                        + (f", {resp_in} handshake response(s)" if resp_in else ""))
-    return Finding(peer, Code.UNANSWERED,
+    return PeerFinding(peer, Code.UNANSWERED,
                    f"received only {_list(received)}; no data or keepalive arrived")
 
 
@@ -160,7 +160,7 @@ def _list(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {n}" for k, n in counts.items()) or "nothing"
 
 
-def judge(evidence: Evidence) -> Verdict:
+def judge(evidence: CaptureEvidence) -> Verdict:
     """The evidence -> the overall verdict (the worst peer's), with notes. Pure."""
     notes = list(evidence.notes)
     if not evidence.interfaces:
@@ -196,7 +196,7 @@ def _age(seconds: float | None) -> str:
     return "never" if seconds is None else f"{seconds:.0f} s ago"
 
 
-def to_json(evidence: Evidence, verdict: Verdict) -> dict[str, Any]:
+def to_json(evidence: CaptureEvidence, verdict: Verdict) -> dict[str, Any]:
     def delta(before: UdpCounters | None, after: UdpCounters | None) -> Any:
         if before is None or after is None:
             return None
@@ -234,7 +234,7 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def render(evidence: Evidence, verdict: Verdict) -> str:
+def render(evidence: CaptureEvidence, verdict: Verdict) -> str:
     ports = ", ".join(str(p) for p in evidence.ports) or "-"
     lines = [f"edgeheal diagnose: {evidence.seconds:g} s of WireGuard UDP (port {ports}; "
              f"{', '.join(evidence.interfaces) or 'no tunnel device'}) on {evidence.uplink}",
@@ -267,5 +267,5 @@ def render(evidence: Evidence, verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ADVICE", "SUMMARY", "Code", "Finding", "Verdict", "judge", "judge_peer", "render",
+__all__ = ["ADVICE", "SUMMARY", "Code", "PeerFinding", "Verdict", "judge", "judge_peer", "render",
            "to_json"]

@@ -99,7 +99,7 @@ def kernel_clock() -> KernelClock:
 # --- rtnetlink: links and routes ---------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
-class Link:
+class NodeLink:
     name: str
     index: int
     mtu: int
@@ -129,14 +129,14 @@ def _ipr() -> Any:
     return AsyncIPRoute()
 
 
-async def links() -> dict[str, Link]:
+async def links() -> dict[str, NodeLink]:
     """Every link of this network namespace by name (one rtnetlink dump)."""
     ipr = _ipr()
     try:
         found = {}
         async for msg in await ipr.link("dump"):
             name = str(_attr(msg, "IFLA_IFNAME") or msg["index"])
-            found[name] = Link(name, int(msg["index"]), int(_attr(msg, "IFLA_MTU") or 0),
+            found[name] = NodeLink(name, int(msg["index"]), int(_attr(msg, "IFLA_MTU") or 0),
                                str(_attr(msg, "IFLA_OPERSTATE") or "UNKNOWN"))
         return found
     finally:
@@ -368,7 +368,7 @@ class System:
     clock: Callable[[], KernelClock] = field(default_factory=lambda: kernel_clock)
     wall: Callable[[], float] = time.time
     device: Callable[[str], Awaitable[DeviceStats]] = _read_device
-    links: Callable[[], Awaitable[dict[str, Link]]] = links
+    links: Callable[[], Awaitable[dict[str, NodeLink]]] = links
     route: Callable[[str], Awaitable[Route]] = route
     resolve: Callable[[str], Awaitable[list[str]]] = _resolve
     echo: Callable[[str, int, float], Awaitable[str]] = echo

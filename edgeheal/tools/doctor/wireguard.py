@@ -21,7 +21,7 @@ from edgeheal.tools.doctor.finding import Finding, fail, ok, skip, warn
 if TYPE_CHECKING:
     from edgeheal.boundaries.wg.readings import DeviceStats, PeerStats
     from edgeheal.config import Config
-    from edgeheal.tools.doctor.system import Link, System
+    from edgeheal.tools.doctor.system import NodeLink, System
 
 K3S_KEEPALIVE = 25
 """Seconds: what K3s's ``wireguard-native`` backend sets (PersistentKeepaliveInterval)."""
@@ -33,7 +33,7 @@ MODULE_FILES = ("wireguard.ko", "wireguard.ko.xz", "wireguard.ko.zst", "wireguar
 class Tunnel:
     """The configured tunnel devices as found now."""
 
-    links: dict[str, Link] = field(default_factory=dict)
+    links: dict[str, NodeLink] = field(default_factory=dict)
     """Every link of this network namespace (for MTUs and uplinks)."""
     present: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
