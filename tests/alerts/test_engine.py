@@ -264,6 +264,7 @@ async def test_without_a_target_alerts_are_kept_and_logged(
     engine = _engine(h)
     assert engine.link is None
     engine.event(Event("offload.drift_corrected", "drift on wwan0"))
+    await engine.outbox.settled()  # logged once stored, on the outbox's thread
     assert "alert offload.drift_corrected" in caplog.text
     assert engine.outbox.depth() == 2
     await engine.close()
@@ -273,6 +274,7 @@ async def test_every_kind_and_drop_reason_is_counted_from_zero_and_the_backlog_h
         tmp_path: Path) -> None:
     h = harness(tmp_path)
     engine = _engine(h)
+    await engine.outbox.settled()  # counted once stored, on the outbox's thread
     reg = h.ctx.registry
     for kind in KINDS:
         expected = 1 if kind == "agent.started" else 0

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
 from edgeheal.agent.alerts import kinds
+from edgeheal.agent.alerts.offloop import OffLoopOutbox
 from edgeheal.agent.alerts.outbox import DROPPED_KIND, FAULTS, RETRY_EVERY, Outbox
 from edgeheal.agent.alerts.payload import Alert, UlidFactory
 from edgeheal.agent.alerts.payload import build as build_alert
@@ -109,6 +110,11 @@ class _Problem:
 
 
 class AlertEngine:
+    _depth = 0
+    """The outbox's depth when a job last counted it (for /status, without waiting)."""
+    _loop: asyncio.AbstractEventLoop | None = None
+    """The loop :meth:`serve` runs on, woken from the outbox's thread."""
+
     def __init__(self, ctx: Context, *, link: Link | None = None) -> None:
         """``link``: the agent's connection to ``[alerts] target`` (None: log only)."""
         from prometheus_client import Counter, Gauge  # noqa: PLC0415
@@ -125,10 +131,10 @@ class AlertEngine:
             self.state_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:  # the outbox reports it (and keeps alerts in memory)
             log.error("cannot create state_dir %s: %s", self.state_dir, err.strerror or err)
-        self.outbox = Outbox(self.state_dir / OUTBOX_FILE,
-                             max_count=self.settings.outbox_max_count,
-                             max_age=self.settings.outbox_max_age,
-                             wall=lambda: self.wall().timestamp(), clock=ctx.clock)
+        self.outbox = OffLoopOutbox(lambda: Outbox(
+            self.state_dir / OUTBOX_FILE, max_count=self.settings.outbox_max_count,
+            max_age=self.settings.outbox_max_age, wall=lambda: self.wall().timestamp(),
+            clock=ctx.clock))  # written on its own thread: an fsync never stalls the loop
         self.link = link
         self._mqtt_targets = {t.name: t for t in cfg.mqtt.targets}
         reg = ctx.registry
@@ -179,7 +185,7 @@ class AlertEngine:
         self._last_prune = -1e18
         self.previous_run = self._previous_run()
         self._mark_running()
-        self._gauges()
+        self.outbox.post(self._gauges)
         if self.outbox.lost_unknown:
             self.raise_alert(DROPPED_KIND, "the alert outbox was corrupt and was moved aside; "
                              "an unknown number of undelivered alerts were lost",
@@ -225,7 +231,7 @@ class AlertEngine:
         return out
 
     def _save_problems(self) -> None:
-        self.outbox.set_meta("problems", json.dumps(
+        self.outbox.post(self.outbox.set_meta, "problems", json.dumps(
             {name: p.to_json() for name, p in self._problems.items()}, sort_keys=True))
 
     # --- raising --------------------------------------------------------------------------
@@ -233,11 +239,17 @@ class AlertEngine:
     def raise_alert(self, kind: str, message: str, detail: Mapping[str, Any] | None = None, *,
                     correlation: str = "", reminder: bool = False,
                     required: bool = True) -> Alert:
-        """Build the alert, commit it to the outbox, then log and count it."""
+        """Build the alert; on the outbox's thread, commit it, then log and count it."""
         alert = build_alert(kind, node=self.node, message=message, wall=self.wall(),
                             detail=detail, correlation=correlation, reminder=reminder,
                             required=required, ids=self.ids)
-        dropped = self.outbox.add(alert.id, kind, self.wall().timestamp(), alert.encode())
+        self.outbox.post(self._commit, alert, self.wall().timestamp(), reminder)
+        return alert
+
+    def _commit(self, alert: Alert, raised: float, reminder: bool) -> None:
+        """A job on the outbox's thread: an alert is logged and counted once it is stored."""
+        kind = alert.kind
+        dropped = self.outbox.add(alert.id, kind, raised, alert.encode())
         self.m_raised.labels(kind=kind).inc()
         if self.outbox.fault is not None:
             alert_log = f" (held in memory: the outbox is {self.outbox.fault})"
@@ -251,15 +263,24 @@ class AlertEngine:
             self._note_dropped(dropped, "outbox_max_count")
         self._collect_drops()
         self._gauges()
-        self._wake.set()
-        return alert
+        self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        """Wake the delivery loop from the outbox's thread (asyncio.Event is loop-bound)."""
+        loop = self._loop
+        if loop is None or not self.outbox.writer.on_thread():
+            self._wake.set()
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to wake
+            loop.call_soon_threadsafe(self._wake.set)
 
     def _collect_drops(self) -> None:
         for bound, count in self.outbox.take_drops().items():
             self._note_dropped(count, bound)
 
     def _gauges(self) -> None:
-        self.m_depth.set(self.outbox.depth())
+        self._depth = self.outbox.depth()
+        self.m_depth.set(self._depth)
         oldest = self.outbox.oldest()
         self._oldest = None if oldest is None else oldest.raised
         self.m_memory.set(self.outbox.memory_depth)
@@ -435,6 +456,7 @@ class AlertEngine:
             ids.append(alert_id)
             if wait and self.link is not None:
                 self._awaited[alert_id] = loop.create_future()
+        await self.outbox.settled()  # "raised" means stored: the reply waits for the disk
         futures = [self._awaited[i] for i in ids if i in self._awaited]
         try:
             if futures:
@@ -445,7 +467,7 @@ class AlertEngine:
         published = sum(1 for f in futures if f.done())
         return {"raised": count, "ids": ids, "published": published,
                 "queued": count - published, "waited_seconds": wait,
-                "outbox_depth": self.outbox.depth(),
+                "outbox_depth": await self.outbox.run(self.outbox.depth),
                 "target": self.settings.target, "topic": self.alerts_topic}
 
     # --- delivery ---------------------------------------------------------------------------
@@ -464,9 +486,10 @@ class AlertEngine:
 
     async def serve(self) -> None:
         """Own the MQTT link (if any) and drain the outbox in order; runs until cancelled."""
+        self._loop = asyncio.get_running_loop()
         if self.link is None:
             while True:
-                self._prune()
+                await self.outbox.run(self._prune)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._pause())
                 self._wake.clear()
@@ -507,31 +530,31 @@ class AlertEngine:
             try:
                 self._status_sent = None  # the will may have replaced it: say it again
                 while link.connected and link.generation == generation:
-                    self._prune()
+                    await self.outbox.run(self._prune)
                     if self._status_doc is not None and self._status_doc != self._status_sent:
                         doc = self._status_doc
                         await link.publish(self.status_topic, self._status_payload(
                             doc["state"], doc["checks"]), retain=True)
                         self._status_sent = doc
                         continue
-                    entry = self.outbox.oldest()
+                    entry = await self.outbox.run(self.outbox.oldest)
                     if entry is None:
                         self._wake.clear()
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(self._wake.wait(), self._pause())
                         continue
                     await link.publish(self.alerts_topic, entry.payload)
-                    self.outbox.delete(entry.seq)
+                    await self.outbox.run(self.outbox.delete, entry.seq)
                     self.m_published.inc()
                     awaited = self._awaited.get(entry.id)
                     if awaited is not None and not awaited.done():
                         awaited.set_result(None)
-                    self._gauges()
+                    await self.outbox.run(self._gauges)
                     log.debug("alert %s delivered (PUBACK)", entry.id,
                               extra={"alert_id": entry.id, "kind": entry.kind})
             except MqttError as err:
                 log.info("alert delivery paused (%s): %s; %d alert(s) wait in the outbox",
-                         err.reason, err, self.outbox.depth())
+                         err.reason, err, self._depth)
                 if link.connected and link.generation == generation:
                     await asyncio.sleep(RETRY_AFTER_REJECT)  # rejected, not disconnected
 
@@ -546,7 +569,8 @@ class AlertEngine:
                 await self.link.close(final, limit=1.0)
         finally:
             self._save_problems()
-            lost = self.outbox.close()
+            lost = await self.outbox.run(self.outbox.close)
+            self.outbox.shutdown()
             if lost:
                 self.m_dropped.labels(reason="shutdown").inc(lost)
             try:
@@ -559,7 +583,7 @@ class AlertEngine:
         box = self.outbox
         return {"target": self.settings.target,
                 "connected": bool(self.link and self.link.connected),
-                "outbox_depth": box.depth() if not self._closed else None,
+                "outbox_depth": self._depth if not self._closed else None,
                 "outbox": {"state": box.fault or "ok", "message": box.fault_message,
                            "memory_queue": box.memory_depth},
                 "open_problems": {n: p.correlation for n, p in self._problems.items()}}

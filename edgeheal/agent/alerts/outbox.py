@@ -24,108 +24,35 @@ in-memory queue dies with the process; a row committed here survives it.
   :data:`RETRY_EVERY` seconds) succeeds. :attr:`Outbox.fault` says which fault is in
   force (``/status``, metrics); the outbox never raises for one, so raising an alert can
   never crash a check loop.
+
+The queue is here, the file in ``outbox_file``, the fault classes in ``outbox_faults``; an
+:class:`Outbox` blocks on fsync, so the agent runs it off its loop (``offloop``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+from edgeheal.agent.alerts import outbox_file as db_file
+from edgeheal.agent.alerts.outbox_faults import FAULTS, classify
+from edgeheal.agent.alerts.outbox_file import Entry, OutboxError
 
 log = logging.getLogger("edgeheal.alerts.outbox")  # the name operators grep for
 
 DROPPED_KIND = "alerts.dropped"
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS outbox (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    id      TEXT NOT NULL UNIQUE,
-    kind    TEXT NOT NULL,
-    raised  REAL NOT NULL,
-    payload BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-"""
-
-
-FAULTS = ("corrupt", "permission", "read_only", "locked", "disk_full", "io_error")
-"""What can be wrong with the outbox database (:func:`classify`)."""
-CACHE_KIB = 512
-"""SQLite's page cache, KiB (its default is 2000). Every :meth:`Outbox.add` counts the rows,
-so a backlog of ``max_count`` alerts (about 7 MB) would fill the default cache: 2.1 MB of
-RSS against 0.5 MB at this size, and an ``add`` no slower, its fsync dominates
-(docs/footprint.md)."""
 MEMORY_MAX = 500
 """Alerts held in memory while the database cannot be written (about 1 KB each)."""
 RETRY_EVERY = 5.0
 """Seconds between attempts to write the memory queue to a faulty database."""
-LOCK_WAIT = 0.5
-"""Seconds SQLite waits for a lock held by another process (it blocks the event loop)."""
 
-# SQLite primary result codes (extended codes carry them in the low byte)
-_SQLITE = {11: "corrupt", 26: "corrupt", 13: "disk_full", 8: "read_only", 5: "locked",
-           6: "locked", 3: "permission", 23: "permission", 10: "io_error"}
-_ERRNO = {errno.EACCES: "permission", errno.EPERM: "permission", errno.EROFS: "read_only",
-          errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full"}
-
-
-def classify(err: BaseException, directory: Path | None = None) -> str:
-    """The fault class of an error from SQLite or the filesystem (one of :data:`FAULTS`)."""
-    if isinstance(err, OSError):
-        return _ERRNO.get(err.errno or 0, "io_error")
-    code = getattr(err, "sqlite_errorcode", None)
-    text = str(err).lower()
-    fault = _SQLITE.get(code & 0xFF) if isinstance(code, int) else None
-    if fault is None:
-        if "not a database" in text or "malformed" in text:
-            fault = "corrupt"
-        elif "disk is full" in text:
-            fault = "disk_full"
-        elif "readonly" in text or "read-only" in text:
-            fault = "read_only"
-        elif "locked" in text or "busy" in text:
-            fault = "locked"
-        else:
-            fault = "io_error"
-    if fault == "io_error" or "unable to open" in text:  # SQLITE_CANTOPEN and friends
-        fault = _directory_fault(directory) or fault
-    return fault
-
-
-def _directory_fault(directory: Path | None) -> str | None:
-    if directory is None:
-        return None
-    try:
-        if os.statvfs(directory).f_flag & os.ST_RDONLY:
-            return "read_only"
-        if not os.access(directory, os.W_OK):
-            return "permission"
-    except OSError as err:
-        return _ERRNO.get(err.errno or 0)
-    return None
-
-
-class OutboxError(Exception):
-    """The outbox database cannot be used (the message names the file)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    seq: int
-    id: str
-    kind: str
-    raised: float
-    """Wall-clock seconds since the epoch when the alert was raised."""
-    payload: bytes
+__all__ = ["DROPPED_KIND", "FAULTS", "MEMORY_MAX", "RETRY_EVERY", "Entry", "Outbox",
+           "OutboxError", "classify"]
 
 
 class Outbox:
@@ -157,8 +84,7 @@ class Outbox:
         self._db_depth = 0
         self._last_retry = -1e18
         self._drops: dict[str, int] = {}
-        self.lost_unknown = False
-        """A corrupt file was moved aside and its alerts could not be counted."""
+        self.lost_unknown = False  # a corrupt file moved aside, its alerts not countable
         try:
             self.existed = self.path.exists()
         except OSError:
@@ -169,30 +95,12 @@ class Outbox:
 
     def _connect(self) -> bool:
         try:
-            self._db = self._open()
+            self._db = db_file.open_db(self.path)
         except (sqlite3.Error, OSError) as err:
             self._db = None
             return self._fail(err, "opening")
         self._db_depth = self._count()
         return True
-
-    def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_WAIT)
-        try:
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise sqlite3.OperationalError(
-                    f"cannot switch to WAL (journal_mode={mode}): the directory is not "
-                    "writable")
-            db.execute("PRAGMA synchronous=FULL")
-            db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-            db.executescript(_SCHEMA)
-            db.execute("SELECT COUNT(*) FROM outbox").fetchone()
-        except BaseException:
-            db.close()
-            raise
-        return db
 
     def _fail(self, err: BaseException, doing: str) -> bool:
         """Note a fault; a corrupt file is moved aside and a new one started. Returns True
@@ -223,7 +131,7 @@ class Outbox:
             log.error("alert outbox %s is corrupt (%s) and cannot be moved aside (%s); "
                       "alerts are kept in memory", self.path, err, again.strerror or again)
             return False
-        lost = _count_rows(aside)
+        lost = db_file.count_rows(aside)
         if lost is None:
             lost, self.lost_unknown = self._db_depth, self._db_depth == 0
         log.error("alert outbox %s is corrupt (%s); moved aside to %s and started a new one; "
@@ -236,7 +144,7 @@ class Outbox:
         self._db_depth = 0
         self.fault = None
         try:
-            self._db = self._open()
+            self._db = db_file.open_db(self.path)
         except (sqlite3.Error, OSError) as again:
             self._db = None
             return self._fail(again, "starting a new database")
@@ -275,11 +183,11 @@ class Outbox:
             for seq in self._acked:
                 db.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
             for key, value in self._mem_meta.items():
-                self._put_meta(db, key, value)
-            self._put_meta(db, "written", repr(self.wall()))  # proves the file is writable
+                db_file.put_meta(db, key, value)
+            db_file.put_meta(db, "written", repr(self.wall()))  # proves the file is writable
             db.execute("COMMIT")
         except (sqlite3.Error, OSError) as err:
-            _rollback(db)
+            db_file.rollback(db)
             return self._fail(err, "writing the memory queue")
         written = len(self._mem)
         self._renumbered = dict(moved)  # only an entry in flight can still be named
@@ -332,7 +240,7 @@ class Outbox:
                 dropped = self._enforce_count(db)
                 db.execute("COMMIT")
             except (sqlite3.Error, OSError) as err:
-                _rollback(db)
+                db_file.rollback(db)
                 if self._fail(err, "adding an alert"):
                     return self.add(alert_id, kind, raised, payload)  # a new, empty file
             else:
@@ -483,35 +391,9 @@ class Outbox:
     def set_meta(self, key: str, value: str) -> None:
         if self._db is not None and not self._mem_meta:
             try:
-                self._put_meta(self._db, key, value)
+                db_file.put_meta(self._db, key, value)
             except (sqlite3.Error, OSError) as err:
                 self._fail(err, "writing the open problems")
             else:
                 return
         self._mem_meta[key] = value
-
-    @staticmethod
-    def _put_meta(db: sqlite3.Connection, key: str, value: str) -> None:
-        db.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO "
-                   "UPDATE SET value = excluded.value", (key, value))
-
-
-def _rollback(db: sqlite3.Connection) -> None:
-    """Roll back if a transaction is still open (SQLite ends one itself on SQLITE_FULL)."""
-    if db.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            db.execute("ROLLBACK")
-
-
-def _count_rows(path: Path) -> int | None:
-    """Undelivered rows in a database moved aside, if it can still be read."""
-    try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return None
-    try:
-        return int(db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
-    except sqlite3.Error:
-        return None
-    finally:
-        db.close()

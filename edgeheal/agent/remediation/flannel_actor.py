@@ -132,9 +132,15 @@ class Remediator:
         return str(self.settings.mode)
 
     def store(self, history: History) -> None:
-        """Adopt ``history`` and persist it (an error is logged, not raised)."""
+        """Adopt ``history`` and persist it, off the loop (an error is logged, not raised);
+        :meth:`persist` where it must be on disk before going on."""
         self.history = history
         self._store.save(history)
+
+    async def persist(self, history: History) -> None:
+        """:meth:`store`, and wait (the loop serving) until it is on disk."""
+        self.store(history)
+        await self._store.written()
 
     def kube(self) -> KubeClient:
         """The shared Kubernetes client (remedies, Events, the condition), made on first use."""
@@ -193,6 +199,7 @@ class Remediator:
     async def evaluate(self, snap: Snapshot) -> list[Action]:
         """One decision round (public for tests): decide, then carry it out."""
         actions = self.decide(snap)
+        await self._store.written()  # what the decision read (the settle flag) is on disk
         if not actions or actions[0].kind in ("close_circuit", "restart"):
             self.announced.clear()  # a new failure episode announces its skips again
         for action in actions:
@@ -233,7 +240,7 @@ class Remediator:
                 self.announced.add(("watch", action.reason))
                 log.warning("remediation: %s", action.message)
         elif action.kind == "open_circuit":
-            self.store(self.history.opened())
+            await self.persist(self.history.opened())  # the open circuit outlives a crash
             self.restarts.labels(action="open_circuit", result="opened").inc()
             log.critical("remediation circuit open: %s", action.message)
             self._emit(f"{self.KIND}.circuit_open", action.message,
@@ -243,7 +250,7 @@ class Remediator:
                                 warning=True)
         elif action.kind == "close_circuit":
             was_open = self.history.circuit_open
-            self.store(self.history.closed())
+            await self.persist(self.history.closed())
             self.restarts.labels(action="close_circuit", result="closed").inc()
             log.info("remediation: %s", action.message)
             if was_open:
@@ -276,7 +283,7 @@ class Remediator:
         self.busy = action.reason
         log.warning("remediation: restarting %s (%s): %s", self.WHAT, mode, action.message)
         # persisted before acting: an agent killed mid-restart still counts this attempt
-        self.store(self.history.with_record(Record(
+        await self.persist(self.history.with_record(Record(
             mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
             result="in_progress", duration=0.0)))
         target, result = "", "failed"
@@ -323,7 +330,7 @@ class Remediator:
             self.busy = None
             self.duration.observe(duration)
             self.restarts.labels(action="restart", result=result).inc()
-            self.store(self.history.finished(Record(
+            await self.persist(self.history.finished(Record(
                 mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
                 result=result, duration=duration, target=target)))
             log.info("remediation: restart %s after %.1fs (%s)", result, duration,

@@ -25,6 +25,13 @@ an outage) end with the boot; an indefinite pause does not.
 Each ladder has its own file (``remediation-history.json`` for Flannel's,
 ``uplink-history.json`` for the uplink's) in the same format.
 
+**Off the event loop.** A save waits for fsync, which a slow SD card can stretch to
+seconds, and the loop that calls it also answers ``/readyz``. So :class:`Store` writes on
+its own thread (:class:`edgeheal.base.writer.Writer`): :meth:`Store.save` queues the write
+(in order: the newest history is what is left on disk) and :meth:`Store.written` is awaited
+where the caller must know it is on disk — the attempt is persisted *before* a remedy runs,
+so ``kill -9`` mid-rung still counts it. Without a running loop a save is done on return.
+
 A file that cannot be read is moved aside (``.corrupt``) and the actor starts with an empty
 history: losing the history must never stop the monitoring. :class:`HistoryError` names the
 file; it is logged, never fatal.
@@ -42,6 +49,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeheal.base.writer import Writer
 from edgeheal.core.safeguards import KEEP, History, Record
 
 log = logging.getLogger("edgeheal.remediation.history")  # the name operators grep for
@@ -155,12 +163,14 @@ def load(path: Path, timeline: Timeline) -> History:
 
 class Store:
     """The history file of one agent: load once (a corrupt file is moved aside), save on
-    every change (an error is logged; the in-memory history stays authoritative)."""
+    every change, off the loop (an error is logged; the in-memory history stays
+    authoritative)."""
 
     def __init__(self, state_dir: str | os.PathLike[str], timeline: Timeline, *,
                  name: str = HISTORY_FILE) -> None:
         self.path = Path(state_dir) / name
         self.timeline = timeline
+        self._writer = Writer("edgeheal-history")
 
     def load(self) -> History:
         try:
@@ -173,6 +183,14 @@ class Store:
             return History()
 
     def save(self, history: History) -> None:
+        """Queue the write (on a running loop; else write now); see :meth:`written`."""
+        self._writer.post(self._write, history)
+
+    async def written(self) -> None:
+        """Wait until every save queued so far is on disk (or failed and was logged)."""
+        await self._writer.run(lambda: None)
+
+    def _write(self, history: History) -> None:
         try:
             save(self.path, history, self.timeline)
         except HistoryError as err:
