@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from edgeheal.model import Context, Kind
+from edgeheal.model import Context, Kind, State
 
 if TYPE_CHECKING:
     from edgeheal.config import CheckSettings, Config
@@ -86,6 +86,18 @@ class Registration:
     """The closed table of reasons this module's checks report (its docstring explains
     them); ``edgeheal_check_reason`` exports exactly these, plus the supervisor's own
     (``pending``, ``check_error``, ``check_timeout``) and ``other``."""
+    role: str = ""
+    """What the layers above know this module as (``tunnel``, ``uplink``, ``offload``), so
+    that they ask :func:`role` and never import a check module by name. One module a role."""
+    reason_states: Mapping[str, State] = field(default_factory=dict)
+    """Each reason and the one state it maps to, for the layers that decide on reasons."""
+    vocabulary: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Named sets of reasons or causes the role's readers decide on (the tunnel's
+    ``send_failing`` reason, the causes that mean the uplink is gone)."""
+
+    def reasons_in(self, state: State) -> frozenset[str]:
+        """The reasons that map to ``state``."""
+        return frozenset(r for r, s in self.reason_states.items() if s is state)
 
 
 _REGISTRY: dict[str, Registration] = {}
@@ -100,6 +112,14 @@ def registrations() -> list[Registration]:
     for name in BUILTIN:
         importlib.import_module(f"edgeheal.checks.{name}")
     return [_REGISTRY[name] for name in BUILTIN if name in _REGISTRY]
+
+
+def role(name: str) -> Registration:
+    """The module registered for role ``name``; a missing role is a programming error."""
+    found = [reg for reg in registrations() if reg.role == name]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} check modules registered for role {name!r}")
+    return found[0]
 
 
 def build(ctx: Context) -> list[Check]:

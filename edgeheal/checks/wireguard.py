@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
-from edgeheal.boundaries.wg.egress import Egress
+from edgeheal.boundaries.wg.egress import UPLINK_CAUSES, Egress
 from edgeheal.boundaries.wg.health import (
     REASONS,
     PeerHistory,
@@ -600,7 +600,9 @@ def _validate(config: Config) -> None:
 checks.register(checks.Registration(
     NAME, factory, names=lambda config: (NAME,) if config.wireguard.interfaces else (),
     doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=_validate,
-    reasons=tuple(REASONS)))
+    reasons=tuple(REASONS), role="tunnel", reason_states=REASONS,
+    vocabulary={"send_failing": frozenset({"send_failing"}),
+                "uplink_causes": UPLINK_CAUSES}))
 
 __all__ = ["HASTEN_VERDICTS", "KINDS", "NAME", "PeerView", "WireguardCheck", "listed_peers",
            "route_peers"]

@@ -88,8 +88,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from edgeheal.checks.offload import NAME as OFFLOAD
-from edgeheal.checks.wireguard import NAME as WIREGUARD
+from edgeheal import checks
 from edgeheal.core import safeguards as ladder
 from edgeheal.core.path_verdict import by_path
 from edgeheal.core.safeguards import (  # re-exported: the Flannel ladder's vocabulary since day one
@@ -109,16 +108,20 @@ if TYPE_CHECKING:
 
 NO_REMEDY = "none"
 """The view's ``mode`` when there is nothing to restart on this node (alert only)."""
-FAILED_REASONS = frozenset({"stalled", "dead", "never_connected", "no_peers",
-                            "interface_missing"})
-"""WireGuard reasons that mean the tunnel carries nothing: the restart rung. ``no_peers``
-and ``interface_missing`` are Flannel's own state gone wrong (it lost the peers or the
-device it manages): exactly what a restart rebuilds from the cluster's data."""
-DEGRADED_REASONS = frozenset({"rekey_failing"})
-SEND_FAILING = "send_failing"
-"""The WireGuard reason for a device that cannot send; never a restart (rung 3b)."""
-UPLINK_CAUSES = frozenset({"no_address", "no_route", "link_down", "no_endpoint"})
-"""``send_failing`` causes that mean the uplink is gone (edgeheal.boundaries.wg.egress)."""
+_TUNNEL = checks.role("tunnel")
+WIREGUARD = _TUNNEL.module
+"""The tunnel's check, as the snapshot names it (the module registered as ``tunnel``)."""
+OFFLOAD = checks.role("offload").module
+(SEND_FAILING,) = _TUNNEL.vocabulary["send_failing"]
+"""The tunnel's reason for a device that cannot send; never a restart (rung 3b)."""
+FAILED_REASONS = _TUNNEL.reasons_in(State.FAILED) - {SEND_FAILING}
+"""The tunnel's reasons that mean it carries nothing: the restart rung (stalled, dead,
+never_connected, no_peers, interface_missing). ``no_peers`` and ``interface_missing`` are
+Flannel's own state gone wrong (it lost the peers or the device it manages): exactly what a
+restart rebuilds from the cluster's data."""
+DEGRADED_REASONS = _TUNNEL.reasons_in(State.DEGRADED)
+UPLINK_CAUSES = _TUNNEL.vocabulary["uplink_causes"]
+"""``send_failing`` causes that mean the uplink is gone (the tunnel check's own table)."""
 
 
 @dataclass(frozen=True, slots=True)

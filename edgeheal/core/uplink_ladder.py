@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from edgeheal.checks.uplink import NAME as UPLINK
+from edgeheal import checks
 from edgeheal.core import safeguards as ladder
 from edgeheal.core.path_verdict import by_path
 from edgeheal.core.safeguards import Action, History, Limits, Wording
@@ -67,6 +67,9 @@ SKIP_REASONS = ("no_coverage", "no_address", "no_route", "link_down", "uplink_un
                 "startup_grace", "cooldown", "budget_exhausted", "reboot_once_a_day")
 """Every ``skip`` reason :func:`decide` gives (the metrics count each from 0; a test keeps
 this list in step with the function's source)."""
+
+UPLINK = checks.role("uplink").module
+"""The uplink check, as the snapshot names it (the module registered as ``uplink``)."""
 
 
 @dataclass(frozen=True, slots=True)

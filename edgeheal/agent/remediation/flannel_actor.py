@@ -46,7 +46,6 @@ from edgeheal.agent.remediation import modes, operator
 from edgeheal.agent.remediation.history import HISTORY_FILE, Store, Timeline, boot_id, boottime
 from edgeheal.agent.remediation.metrics import KNOWN, LadderMetrics
 from edgeheal.agent.remediation.reporting import NodeReporter
-from edgeheal.checks.wireguard import NAME as WIREGUARD
 from edgeheal.core import flannel_ladder as policy
 from edgeheal.core.flannel_ladder import Action, History, Record
 from edgeheal.core.path_verdict import targets
@@ -345,7 +344,7 @@ class Remediator:
 
     def verified_by(self) -> tuple[str, ...]:
         """*ladder hook*: the checks whose fresh ``ok`` means the remedy cured."""
-        return (WIREGUARD, *targets(self.config, "tunnel"))
+        return (policy.WIREGUARD, *targets(self.config, "tunnel"))
 
     async def _verify(self, since: float) -> bool:
         """Fresh ok results for every :meth:`verified_by` check, after ``since``."""

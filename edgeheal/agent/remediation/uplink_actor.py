@@ -36,7 +36,6 @@ from edgeheal import remedies
 from edgeheal.agent.remediation import modes
 from edgeheal.agent.remediation.flannel_actor import REPROBE_EVERY, Remediator
 from edgeheal.agent.remediation.metrics import RESTART_RESULTS
-from edgeheal.checks.uplink import NAME as UPLINK_CHECK
 from edgeheal.core import uplink_ladder as uplink
 from edgeheal.core.path_verdict import targets
 from edgeheal.core.safeguards import Action
@@ -125,14 +124,14 @@ class UplinkRemediator(Remediator):
         return False  # evaluate() probes, while the uplink is in trouble
 
     async def evaluate(self, snap: Snapshot) -> list[Action]:
-        status = snap.checks.get(UPLINK_CHECK)
+        status = snap.checks.get(uplink.UPLINK)
         trouble = status is not None and status.completed and status.state is not State.OK
         if trouble and (self._probed is None or self.clock() - self._probed >= REPROBE_EVERY):
             await self.probe_rungs()
         return await super().evaluate(snap)
 
     def decide(self, snap: Snapshot) -> list[Action]:
-        status = snap.checks.get(UPLINK_CHECK)
+        status = snap.checks.get(uplink.UPLINK)
         reason = status.reason if status is not None else ""
         if self._reason is None:  # first sight: the snapshot's date is all there is
             self._reason = reason
@@ -147,7 +146,7 @@ class UplinkRemediator(Remediator):
         return self.rungs.get(action.rung), action.rung
 
     def verified_by(self) -> tuple[str, ...]:
-        return (UPLINK_CHECK, *targets(self.config, "direct"))
+        return (uplink.UPLINK, *targets(self.config, "direct"))
 
     async def before(self, action: Action, detail: Mapping[str, Any],
                      correlation: str) -> str:

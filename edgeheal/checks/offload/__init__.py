@@ -158,4 +158,5 @@ def _validate(config: Config) -> None:
 
 
 register(Registration(NAME, _factory, names=lambda config: (NAME,), doc=__doc__ or "",
-                      kinds=KINDS, alert=_alert, validate=_validate, reasons=REASONS))
+                      kinds=KINDS, alert=_alert, validate=_validate, reasons=REASONS,
+                      role="offload"))
