@@ -7,6 +7,7 @@ wall time follows its monotonic time) reaches every test at once.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,19 +25,50 @@ WALL0 = datetime(2026, 12, 2, 20, 0, tzinfo=UTC)
 """The wall time a :class:`Clock` shows at its starting monotonic time."""
 
 
-async def until(predicate: Callable[[], T], *, within: float = 10.0, every: float = 0.02,
-                what: str = "condition") -> T:
-    """Poll ``predicate`` until it returns something truthy and return that; bounded in
-    count and time (no bare sleeps). Fails naming ``what`` after ``within`` seconds."""
+def _failure(what: str, within: float, last: object,
+             report: Callable[[Any], str] | None) -> AssertionError:
+    extra = f"\n{report(last)}" if report is not None else ""
+    return AssertionError(f"{what} not reached within {within:g}s (last: {last!r}){extra}")
+
+
+async def until(probe: Callable[[], T | Awaitable[T]], *, holds: Callable[[T], object] = bool,
+                within: float = 10.0, every: float = 0.02, what: str = "condition",
+                report: Callable[[T], str] | None = None) -> T:
+    """Call ``probe`` until ``holds`` its value (by default: the value is truthy) and return
+    that value. The one poller of the suite: bounded in count and time (no bare sleeps),
+    failing after ``within`` seconds with ``what``, the last value and ``report(last)``.
+
+    ``probe`` may return an awaitable (``lambda: asyncio.to_thread(blocking)`` polls a
+    blocking call; a check's ``step`` drives a check), which is awaited. :func:`wait_until`
+    is the same for code that does not run on an event loop."""
     deadline = time.monotonic() + within
+    value: Any = None
     for _ in range(int(within / every) + 2):
-        value = predicate()
-        if value:
-            return value
+        value = probe()
+        if inspect.isawaitable(value):
+            value = await value
+        if holds(value):
+            return value  # type: ignore[no-any-return]
         if time.monotonic() > deadline:
             break
         await asyncio.sleep(every)
-    raise AssertionError(f"{what} not reached within {within:g}s")
+    raise _failure(what, within, value, report)
+
+
+def wait_until(probe: Callable[[], T], *, holds: Callable[[T], object] = bool,
+               within: float = 10.0, every: float = 0.02, what: str = "condition",
+               report: Callable[[T], str] | None = None) -> T:
+    """:func:`until` for a thread that may block (the QEMU bed, a subprocess's output)."""
+    deadline = time.monotonic() + within
+    value: Any = None
+    for _ in range(int(within / every) + 2):
+        value = probe()
+        if holds(value):
+            return value  # type: ignore[no-any-return]
+        if time.monotonic() > deadline:
+            break
+        time.sleep(every)
+    raise _failure(what, within, value, report)
 
 
 @dataclass

@@ -51,7 +51,7 @@ def test_allowed(n):
 MODES = {"alone": ["-p", "no:xdist"], "xdist": ["-n", "2"]}
 
 
-def run(tmp_path: Path, mode: str, ci: str | None, suite: str = SUITE,
+def run(tmp_path: Path, mode: str, ci: str | None, suite: str = SUITE, args: tuple[str, ...] = (),
         **more: str) -> subprocess.CompletedProcess[str]:
     """Run ``suite`` as test_tiny.py (and ``more`` as further files) under the guard."""
     for name, text in {"test_tiny": suite, **more}.items():
@@ -63,7 +63,7 @@ def run(tmp_path: Path, mode: str, ci: str | None, suite: str = SUITE,
         env["CI"] = ci
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
-         str(tmp_path), *MODES[mode], str(tmp_path)],
+         str(tmp_path), *MODES[mode], *args, str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -104,3 +104,18 @@ def test_a_failure_keeps_its_own_exit_status(tmp_path: Path) -> None:
                suite=SUITE + "\ndef test_fails():\n    raise AssertionError\n")
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout + proc.stderr
     assert "skips CI does not allow" in proc.stdout
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_under_ci_a_test_deselected_by_its_marker_is_not_a_skip(tmp_path: Path,
+                                                                 mode: str) -> None:
+    """``scripts/test --fast`` deselects the root, daemon and vm tiers with ``-m``: what does
+    not run there was chosen, so the guard must not report it."""
+    suite = ("import pytest\n\ndef test_runs():\n    pass\n\n@pytest.mark.daemon\n"
+             "def test_needs_a_daemon():\n    pytest.skip('no daemon here')\n")
+    proc = run(tmp_path, mode, ci="true", suite=suite,
+               args=("-o", "markers=daemon: needs a daemon", "-m", "not daemon"))
+    assert proc.returncode == pytest.ExitCode.OK, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout  # (xdist's controller does not count the deselected)
+    assert "skipped" not in proc.stdout
+    assert "skips CI does not allow" not in proc.stdout

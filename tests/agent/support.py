@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -49,12 +49,6 @@ class Running:
             if resp.content_type == "application/json":
                 return resp.status, await resp.json()
             return resp.status, await resp.text()
-
-    async def until(self, predicate: Callable[[], bool], within: float = 10.0) -> None:
-        """Poll a condition on the agent's state (bounded); the agent has no event for it."""
-        async with asyncio.timeout(within):
-            while not predicate():  # noqa: ASYNC110 - polling another component's state
-                await asyncio.sleep(0.02)
 
 
 @asynccontextmanager

@@ -105,7 +105,7 @@ def test_in_doubt_means_the_result_or_the_effective_state_is_not_ok() -> None:
 async def test_a_healthy_check_runs_at_its_interval_and_nothing_more(tmp_path: Path) -> None:
     check = ScriptedCheck("c", CheckSettings(interval=30.0, retry_interval=0.1), [ok()])
     async with running_agent(tmp_path, [check]) as agent:
-        await agent.until(lambda: check.runs >= 1)
+        await until(lambda: check.runs >= 1)
         await until(lambda: agent.agent.snapshot.round_complete, what="first round")
         await asyncio.sleep(1.0)  # a healthy steady state: no extra run
         assert check.runs == 1
@@ -115,11 +115,11 @@ async def test_hasten_runs_a_check_now_bounded_by_the_spacing(tmp_path: Path) ->
     check = ScriptedCheck("c", CheckSettings(interval=30.0), [ok()])
     other = ScriptedCheck("other", CheckSettings(interval=30.0), [ok()])
     async with running_agent(tmp_path, [check, other], hasten_spacing=0.3) as agent:
-        await agent.until(lambda: check.runs == 1 and other.runs == 1)
+        await until(lambda: check.runs == 1 and other.runs == 1)
         ctx = agent.agent.ctx
         ctx.hasten("no-such-check")  # ignored, never raises
         ctx.hasten("c")
-        await agent.until(lambda: check.runs == 2, within=3.0)
+        await until(lambda: check.runs == 2, within=3.0)
         assert other.runs == 1  # only the check asked for
         # a storm of requests for 1.5 s: at most one run per spacing after each run
         loop_end = time.monotonic() + 1.5
@@ -140,11 +140,11 @@ async def test_a_failing_check_is_retried_quickly_to_failed_and_back(tmp_path: P
                                              fail_after=2, recover_after=2,
                                              required=True), [step])
     async with running_agent(tmp_path, [check], hasten_spacing=0.05) as agent:
-        await agent.until(lambda: check.runs == 1)
+        await until(lambda: check.runs == 1)
         await until(lambda: agent.agent.snapshot.round_complete, what="first round")
         broken["now"] = True
         agent.agent.ctx.hasten("t")  # a suspicion: the first failing run now
-        await agent.until(lambda: agent.agent.snapshot.checks["t"].state is State.FAILED,
+        await until(lambda: agent.agent.snapshot.checks["t"].state is State.FAILED,
                           within=3.0)  # not 30 s: the second failure is a quick retry
         code, _ = await agent.get("/probe/t")
         assert code == 503
@@ -152,7 +152,7 @@ async def test_a_failing_check_is_retried_quickly_to_failed_and_back(tmp_path: P
         await asyncio.sleep(0.5)
         assert check.runs > failing_runs  # still re-checked quickly while failed
         broken["now"] = False
-        await agent.until(lambda: agent.agent.snapshot.checks["t"].state is State.OK,
+        await until(lambda: agent.agent.snapshot.checks["t"].state is State.OK,
                           within=3.0)
         code, _ = await agent.get("/probe/t")
         assert code == 200
@@ -164,7 +164,7 @@ async def test_a_failing_check_is_retried_quickly_to_failed_and_back(tmp_path: P
 async def test_hasten_is_ignored_while_a_check_is_in_doubt(tmp_path: Path) -> None:
     check = ScriptedCheck("t", CheckSettings(interval=30.0), [failed()])
     async with running_agent(tmp_path, [check], hasten_spacing=0.05) as agent:
-        await agent.until(lambda: check.runs == 1)
+        await until(lambda: check.runs == 1)
         for _ in range(5):
             agent.agent.ctx.hasten("t")
             await asyncio.sleep(0.1)

@@ -22,6 +22,7 @@ from edgeheal.config import CheckSettings
 from edgeheal.model import State
 from tests.agent.fakes import ScriptedCheck, degraded, failed, ok
 from tests.agent.support import running_agent
+from tests.support import until
 
 FAST = CheckSettings(interval=0.2, fail_after=1, recover_after=1, required=True)
 SOFT = CheckSettings(interval=0.2, fail_after=1, recover_after=1, required=False)
@@ -37,7 +38,7 @@ async def test_not_ready_until_the_first_round_completes(
         assert body == {"ready": False, "failing": [
             {"check": "slow", "state": "unknown", "reason": "pending",
              "message": "no result yet"}]}
-        await agent.until(lambda: agent.agent.snapshot.ready)
+        await until(lambda: agent.agent.snapshot.ready)
         status, body = await agent.get("/readyz")
         assert (status, body) == (200, {"ready": True, "failing": []})
 
@@ -47,7 +48,7 @@ async def test_every_endpoint_answers_with_the_documented_shape(
     checks = [ScriptedCheck("good", FAST, [ok()]), ScriptedCheck("meh", SOFT, [degraded()]),
               ScriptedCheck("bad", SOFT, [failed()])]
     async with running_agent(tmp_path, checks) as agent:
-        await agent.until(lambda: agent.agent.snapshot.round_complete)
+        await until(lambda: agent.agent.snapshot.round_complete)
         status, doc = await agent.get("/status")
         assert status == 200
         schema_validate(doc, "status.schema.json")
@@ -87,7 +88,7 @@ async def test_every_endpoint_answers_with_the_documented_shape(
 async def test_a_required_failing_check_makes_the_node_unready(tmp_path: Path) -> None:
     flip = ScriptedCheck("tunnel", FAST, [ok(), ok(), failed("stalled")])
     async with running_agent(tmp_path, [flip]) as agent:
-        await agent.until(lambda: agent.agent.snapshot.checks["tunnel"].state is State.FAILED)
+        await until(lambda: agent.agent.snapshot.checks["tunnel"].state is State.FAILED)
         status, body = await agent.get("/readyz")
         assert status == 503
         assert body["failing"] == [{"check": "tunnel", "state": "failed",
@@ -98,7 +99,7 @@ async def test_a_slow_check_never_slows_the_probes(tmp_path: Path) -> None:
     fast = ScriptedCheck("fast", FAST, [ok()])
     slow = ScriptedCheck("slow", CheckSettings(interval=0.2, timeout=30), [ok()], delay=20.0)
     async with running_agent(tmp_path, [fast, slow]) as agent:
-        await agent.until(lambda: slow.runs >= 1 and fast.runs >= 1)
+        await until(lambda: slow.runs >= 1 and fast.runs >= 1)
         worst = 0.0
         for _ in range(20):
             began = time.perf_counter()
@@ -115,7 +116,7 @@ async def test_a_check_that_raises_or_hangs_becomes_unknown_and_the_agent_lives_
                          [ok()], delay=60.0)
     good = ScriptedCheck("good", FAST, [ok()])
     async with running_agent(tmp_path, [boom, hang, good]) as agent:
-        await agent.until(lambda: agent.agent.snapshot.round_complete and good.runs >= 5)
+        await until(lambda: agent.agent.snapshot.round_complete and good.runs >= 5)
         checks = agent.agent.snapshot.checks
         assert (checks["boom"].state, checks["boom"].reason) == (State.UNKNOWN, "check_error")
         assert "RuntimeError: kaput" in checks["boom"].message
@@ -124,13 +125,13 @@ async def test_a_check_that_raises_or_hangs_becomes_unknown_and_the_agent_lives_
         _, text = await agent.get("/metrics")
         assert 'edgeheal_check_runs_total{check="boom",result="error"}' in text
         assert 'edgeheal_check_runs_total{check="hang",result="timeout"}' in text
-        await agent.until(lambda: boom.runs >= 3)  # it keeps being retried
+        await until(lambda: boom.runs >= 3)  # it keeps being retried
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 async def test_metrics_pass_promtool(tmp_path: Path) -> None:
     async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
-        await agent.until(lambda: agent.agent.snapshot.round_complete)
+        await until(lambda: agent.agent.snapshot.round_complete)
         _, text = await agent.get("/metrics")
     proc = await asyncio.to_thread(
         subprocess.run, ["promtool", "check", "metrics"], input=text, capture_output=True,
@@ -143,7 +144,7 @@ async def test_edgeheal_status_prints_the_table_and_exits_by_readiness(
     checks = [ScriptedCheck("tunnel", FAST, [failed("stalled")]),
               ScriptedCheck("offload", SOFT, [ok()])]
     async with running_agent(tmp_path, checks) as agent:
-        await agent.until(lambda: agent.agent.snapshot.round_complete)
+        await until(lambda: agent.agent.snapshot.round_complete)
         code = await asyncio.to_thread(cli.main, ["status", "--url", agent.base])
     out = capsys.readouterr().out
     assert code == 1  # a required check failed: not ready

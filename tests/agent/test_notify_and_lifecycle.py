@@ -21,6 +21,7 @@ from edgeheal.boundaries.sd_notify import Notifier
 from edgeheal.config import CheckSettings
 from tests.agent.fakes import ScriptedCheck, ok
 from tests.agent.support import running_agent
+from tests.support import until
 
 
 class NotifyListener:
@@ -65,11 +66,11 @@ async def test_ready_watchdog_and_stopping_reach_the_notify_socket(
         tmp_path: Path, listener: NotifyListener) -> None:
     notifier = Notifier(address=listener.path, watchdog_usec="400000")  # ping every 0.2 s
     check = ScriptedCheck("c", CheckSettings(interval=0.2), [ok()], delay=0.3)
-    async with running_agent(tmp_path, [check], notifier=notifier) as agent:
-        await agent.until(lambda: bool(listener.seen("READY=1")))
+    async with running_agent(tmp_path, [check], notifier=notifier):
+        await until(lambda: bool(listener.seen("READY=1")))
         ready_at = listener.seen("READY=1")[0]
         assert check.runs >= 1  # READY only after the first full round
-        await agent.until(lambda: len(listener.seen("WATCHDOG=1")) >= 3)
+        await until(lambda: len(listener.seen("WATCHDOG=1")) >= 3)
         assert any(m.startswith("STATUS=ready") for _, m in listener.messages)
 
         # Wedge the event loop (a blocking call in the supervisor's loop): pings must stop.
@@ -80,7 +81,7 @@ async def test_ready_watchdog_and_stopping_reach_the_notify_socket(
         during = [t for t in listener.seen("WATCHDOG=1") if wedge_start + 0.1 < t < wedge_end]
         assert during == [], "the watchdog was pinged while the loop was wedged"
         assert len(listener.seen("WATCHDOG=1")) == pings_before
-        await agent.until(lambda: len(listener.seen("WATCHDOG=1")) > pings_before)
+        await until(lambda: len(listener.seen("WATCHDOG=1")) > pings_before)
         assert ready_at < wedge_start
     await asyncio.sleep(0.2)
     assert listener.seen("STOPPING=1")

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,30 +56,47 @@ def run_lab(scenario: str, tmp_path: Path, *extra: str, timeout: float = 900,
 
 def interrupt_after(marker: str, tmp_path: Path, scenario: str = "stuck-flannel",
                     deadline: float = 120) -> tuple[int, str, int]:
-    """Start a lab run, SIGINT it once ``marker`` appears in its output."""
+    """Start a lab run, SIGINT it once ``marker`` appears in its output.
+
+    A thread reads the output with blocking reads and the marker is searched for in all of it
+    so far, so a line the pipe delivers in pieces cannot hide it (a non-blocking readline
+    returns such a piece as if it were a line). Bounded: if the marker has not appeared within
+    ``deadline`` seconds the run is interrupted all the same and the call fails, naming it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgeheal", "lab", "--scenario", scenario],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
-    seen: list[str] = []
-    end = time.monotonic() + deadline
-    os.set_blocking(proc.stdout.fileno(), False)
-    while time.monotonic() < end and proc.poll() is None:
-        line = proc.stdout.readline()
-        if not line:
-            time.sleep(0.1)
-            continue
-        seen.append(line)
-        if marker in line:
-            proc.send_signal(signal.SIGINT)
-            break
+    stdout = proc.stdout
+    output = bytearray()
+    wanted = marker.encode()
+    seen = threading.Event()
+
+    def read() -> None:
+        # os.read returns what the pipe holds (at most 64 KiB), b"" at the end of the output;
+        # the marker is searched for in everything read so far, so a split cannot hide it
+        while chunk := os.read(stdout.fileno(), 65536):
+            output.extend(chunk)
+            if wanted in output:
+                seen.set()
+        seen.set()  # the output ended: stop waiting (``found`` below tells which)
+
+    reader = threading.Thread(target=read, name="lab-output", daemon=True)
+    reader.start()
     try:
-        rest, _ = proc.communicate(timeout=60)
+        seen.wait(deadline)
+        found = wanted in output
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return proc.returncode, "".join(seen) + (rest or ""), proc.pid
+        reader.join(timeout=10)
+        stdout.close()
+    text = bytes(output).decode(errors="replace")
+    assert found, f"{marker!r} not in the lab's output within {deadline:g}s:\n{text[-3000:]}"
+    return proc.returncode, text, proc.pid
 
 
 def scenario_test(scenario: str, *extra: str) -> Callable[[Path], None]:

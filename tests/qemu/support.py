@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from tests.qemu import bed
+from tests.support import wait_until
 
 SRC = bed.SRC + "/tests/qemu"
 
@@ -62,15 +63,9 @@ class Enforcing:
     def until(self, what: str, predicate: Any, within: float = 90.0) -> dict[str, Any]:
         """Generous: under TCG on a loaded 2-core machine the first pass (imports included)
         has taken 20 s; typical is a few seconds."""
-        deadline = time.monotonic() + within
-        while True:
-            st = self.state()
-            if st and predicate(st):
-                return st
-            if time.monotonic() > deadline:
-                log = self.vm.run(["cat", "/tmp/enforcer.log"]).out
-                raise AssertionError(f"{what} not reached within {within}s: {st}\n{log}")
-            time.sleep(0.2)
+        return wait_until(self.state, holds=lambda st: bool(st) and predicate(st),
+                          within=within, every=0.2, what=what,
+                          report=lambda _: self.vm.run(["cat", "/tmp/enforcer.log"]).out)
 
     def stop(self) -> None:
         self.vm.run("kill $(cat /tmp/enforcer.pid) 2>/dev/null; sleep 0.3")

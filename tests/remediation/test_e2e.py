@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import until
+
 pytestmark = [
     pytest.mark.slow, pytest.mark.netns,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (network namespaces)"),
@@ -46,21 +48,17 @@ async def status(world: Any, edge: Any) -> dict[str, Any]:
     return await asyncio.to_thread(world.status, edge) or {}
 
 
-async def until(world: Any, edge: Any, predicate: Callable[[dict[str, Any]], bool],
-                within: float, what: str) -> dict[str, Any]:
-    """Poll the agent's /status until ``predicate`` holds (bounded in count and time)."""
-    deadline = time.monotonic() + within
-    doc: dict[str, Any] = {}
-    for _ in range(int(within / 0.5) + 1):
-        doc = await status(world, edge)
-        if doc and predicate(doc):
-            return doc
-        if time.monotonic() > deadline:
-            break
-        await asyncio.sleep(0.5)
-    log = (edge.workdir / "agent.log").read_text(errors="replace")[-3000:]
-    raise AssertionError(f"{what}: not within {within:g}s; last /status remediation="
-                         f"{doc.get('remediation')} actions={doc.get('actions')}\n{log}")
+async def status_until(world: Any, edge: Any, predicate: Callable[[dict[str, Any]], bool],
+                       within: float, what: str) -> dict[str, Any]:
+    """Poll the agent's /status until ``predicate`` holds (the suite's bounded poller)."""
+
+    def report(doc: dict[str, Any]) -> str:
+        log = (edge.workdir / "agent.log").read_text(errors="replace")[-3000:]
+        return (f"last /status remediation={doc.get('remediation')} "
+                f"actions={doc.get('actions')}\n{log}")
+
+    return await until(lambda: status(world, edge), holds=lambda doc: bool(doc) and predicate(doc),
+                       within=within, every=0.5, what=what, report=report)
 
 
 def blackhole(world: Any, edge: Any) -> None:
@@ -82,9 +80,9 @@ async def test_1_a_fault_a_restart_cures_deletes_this_nodes_pod_once(world: Any)
     edge, neighbour = world.edges
     neighbours_pod = own_pod_uid(world, neighbour)
     world.start_agent(edge)
-    await until(world, edge, lambda d: wg(d) == "ok", 90, "the tunnel up")
+    await status_until(world, edge, lambda d: wg(d) == "ok", 90, "the tunnel up")
     world.remove_cloud_peer(edge)  # stuck Flannel: the device lost its cloud peer
-    doc = await until(world, edge, lambda d: bool(d.get("actions")) and d["actions"][0][
+    doc = await status_until(world, edge, lambda d: bool(d.get("actions")) and d["actions"][0][
         "result"] == "recovered" and wg(d) == "ok", 120, "a restart that recovered")
     (action,) = doc["actions"]
     assert (action["action"], action["mode"]) == ("restart", "pod")
@@ -100,7 +98,7 @@ async def test_1_a_fault_a_restart_cures_deletes_this_nodes_pod_once(world: Any)
 async def test_2_an_incurable_fault_opens_the_circuit_also_across_kill_9(world: Any) -> None:
     edge = world.edges[0]
     world.start_agent(edge, extra="give_up_after = 2")
-    await until(world, edge, lambda d: wg(d) == "ok", 90, "the tunnel up")
+    await status_until(world, edge, lambda d: wg(d) == "ok", 90, "the tunnel up")
     blackhole(world, edge)  # the tunnel's UDP blackholed: no restart can cure that
     deadline = time.monotonic() + 120
     for _ in range(1200):
@@ -110,14 +108,14 @@ async def test_2_an_incurable_fault_opens_the_circuit_also_across_kill_9(world: 
     assert len(world.kube.deletions) == 1, "no first restart within 120 s"
     world.kill_agent(edge)  # kill -9 in the middle of verifying the first restart
     world.start_agent(edge, extra="give_up_after = 2")
-    doc = await until(world, edge, lambda d: d.get("remediation", {}).get("circuit") ==
+    doc = await status_until(world, edge, lambda d: d.get("remediation", {}).get("circuit") ==
                       "open", 240, "the circuit to open")
     assert len(world.kube.deletions) == 2
     results = [a["result"] for a in doc["actions"]]
     assert results == ["not_recovered", "interrupted"]
     world.kill_agent(edge)
     world.start_agent(edge, extra="give_up_after = 2")
-    doc = await until(world, edge, lambda d: (d.get("remediation") or {}).get(
+    doc = await status_until(world, edge, lambda d: (d.get("remediation") or {}).get(
         "last_decision") is not None and wg(d) == "failed", 120,
         "the restarted agent to decide on the failed tunnel")
     assert doc["remediation"]["circuit"] == "open"
@@ -130,10 +128,10 @@ async def test_3_tunnel_and_direct_path_down_with_the_api_up_is_no_restart(
         world: Any) -> None:
     edge = world.edges[0]
     world.start_agent(edge)
-    await until(world, edge, lambda d: wg(d) == "ok", 90, "the tunnel up")
+    await status_until(world, edge, lambda d: wg(d) == "ok", 90, "the tunnel up")
     blackhole(world, edge)  # the tunnel dies ...
     world.broker.stop()    # ... and the cloud broker is down: both paths fail
-    doc = await until(world, edge, lambda d: wg(d) == "failed" and (
+    doc = await status_until(world, edge, lambda d: wg(d) == "failed" and (
         d.get("remediation") or {}).get("last_decision", {}) and d["remediation"][
         "last_decision"]["reason"] == "direct_path_down", 120,
         "the agent to decide on the outage")

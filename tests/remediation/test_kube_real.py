@@ -22,8 +22,11 @@ from edgeheal.remedies.pod import PodRemedy
 
 KUBECONFIG = os.environ.get("EDGEHEAL_TEST_KUBECONFIG", "")
 NODE = os.environ.get("EDGEHEAL_TEST_NODE", "")
-pytestmark = pytest.mark.skipif(not (KUBECONFIG and NODE),
-                                reason="set EDGEHEAL_TEST_KUBECONFIG and EDGEHEAL_TEST_NODE")
+pytestmark = [
+    pytest.mark.daemon,  # a real K3s cluster
+    pytest.mark.skipif(not (KUBECONFIG and NODE),
+                       reason="set EDGEHEAL_TEST_KUBECONFIG and EDGEHEAL_TEST_NODE"),
+]
 POD = PodRemedySettings()
 
 

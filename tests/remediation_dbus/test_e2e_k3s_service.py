@@ -18,7 +18,7 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from edgeheal.lab.mosquitto import Mosquitto
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import FakeSystemd, SystemBus, start_system_bus
 from edgeheal.lab.wireguard import WgMesh
+from tests.support import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
@@ -42,18 +43,6 @@ def mesh(sandbox: Sandbox) -> Iterator[WgMesh]:
         yield wg
     finally:
         wg.close()
-
-
-async def until(predicate: Callable[[], Any], within: float, what: str) -> Any:
-    """Poll a (blocking) predicate in a thread until it returns something truthy."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = await asyncio.to_thread(predicate)
-        if last:
-            return last
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {within:g}s (last: {last!r})")
 
 
 async def test_a_tunnel_that_lost_its_peer_is_cured_by_one_unit_restart(
@@ -128,7 +117,8 @@ timeout = "20s"
         sandbox.spawn([sys.executable, "-m", "edgeheal", "run", "--config", str(conf)],
                       ns=edge.ns, env=env, log_path=sandbox.track(tmp_path / "agent.log"))
         healthy = {"wireguard": "ok", "broker-tunnel": "ok", "broker-direct": "ok"}
-        await until(lambda: states() == healthy, 30, "agent sees a healthy tunnel")
+        await until(lambda: asyncio.to_thread(lambda: states() == healthy), within=30, every=0.2,
+                    what="agent sees a healthy tunnel")
         doc = status()
         assert doc is not None
         assert doc["remediation"]["mode"] == "k3s-service", doc["remediation"]
@@ -140,12 +130,14 @@ timeout = "20s"
             doc = status() or {}
             return [a for a in doc.get("actions", []) if a.get("result") == "recovered"]
 
-        (action,) = await until(recovered, 90, "a recovered restart in /status actions")
+        (action,) = await until(lambda: asyncio.to_thread(recovered), within=90, every=0.2,
+                                what="a recovered restart in /status actions")
         took = time.monotonic() - started
         assert action["mode"] == "k3s-service"
         assert action["target"] == AGENT
         assert fake.restarts == [AGENT], "exactly one restart of the K3s unit"
-        await until(lambda: states() == healthy, 30, "healthy again")
+        await until(lambda: asyncio.to_thread(lambda: states() == healthy), within=30, every=0.2,
+                    what="healthy again")
         assert fake.restarts == [AGENT]
         assert took < 90
         log = (tmp_path / "agent.log").read_text(errors="replace")

@@ -3,7 +3,6 @@ results through the real debounce, and keep a timeline the tests assert causal b
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from edgeheal.checks.wireguard import WireguardCheck
 from edgeheal.core import debounce
 from edgeheal.lab.wireguard import WgMesh
 from edgeheal.model import CheckResult, CheckStatus, Context
-from tests.support import context
+from tests.support import context, until
 
 log = logging.getLogger(__name__)
 
@@ -85,19 +84,16 @@ class Driver:
 
     async def until(self, predicate: Callable[[Sample], bool], within: float,
                     what: str) -> Sample:
-        """Run the check every INTERVAL until ``predicate`` holds; fail after ``within`` s."""
-        deadline = time.monotonic() + within
-        while True:
-            sample = await self.step()
-            if predicate(sample):
-                return sample
-            if time.monotonic() >= deadline:
-                last = sample.result
-                raise AssertionError(
-                    f"not {what} within {within:g}s; effective "
-                    f"{sample.status.state.value}/{sample.status.reason}, raw "
+        """Run the check every INTERVAL until ``predicate`` holds; fail after ``within`` s
+        (the suite's bounded poller, driving the check)."""
+
+        def report(sample: Sample) -> str:
+            last = sample.result
+            return (f"effective {sample.status.state.value}/{sample.status.reason}, raw "
                     f"{last.state.value}/{last.reason}: {last.message}")
-            await asyncio.sleep(INTERVAL)
+
+        return await until(self.step, holds=predicate, within=within, every=INTERVAL,
+                           what=what, report=report)
 
     def reasons(self, since: float = 0.0) -> list[str]:
         return [s.result.reason for s in self.samples if s.t >= since]
