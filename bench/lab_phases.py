@@ -312,7 +312,7 @@ def _newest(actions: list[dict[str, Any]]) -> str | None:
 
 
 def _wall(rfc3339: str) -> float:
-    from datetime import datetime  # noqa: PLC0415
+    from datetime import datetime
 
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 

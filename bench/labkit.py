@@ -98,7 +98,7 @@ mode = "{remediation}"
 
 def _uplink(world: World, edge: Edge) -> str:
     """The uplink check and ladder on the shipped defaults (a world built with modems)."""
-    from edgeheal.lab.modems import uplink_config  # noqa: PLC0415
+    from edgeheal.lab.modems import uplink_config
 
     return uplink_config(edge, field=True)
 

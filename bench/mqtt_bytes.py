@@ -50,10 +50,10 @@ def _counter(ns: str | None) -> tuple[int, int]:
 
 async def _inner(args: argparse.Namespace) -> dict[str, Any]:
     """Runs inside the namespace: the workload, with counter readings around it."""
-    from edgeheal.boundaries.mqtt import probe  # noqa: PLC0415
-    from edgeheal.boundaries.mqtt.link import Link  # noqa: PLC0415
-    from edgeheal.boundaries.mqtt.transport import TlsResumption  # noqa: PLC0415
-    from edgeheal.config import MqttTarget  # noqa: PLC0415
+    from edgeheal.boundaries.mqtt import probe
+    from edgeheal.boundaries.mqtt.link import Link
+    from edgeheal.boundaries.mqtt.transport import TlsResumption
+    from edgeheal.config import MqttTarget
 
     base = dict(name="bench", host="127.0.0.1", port=args.port, username="edge",
                 password_file=args.password_file, timeout=5.0)
@@ -105,7 +105,7 @@ async def _inner(args: argparse.Namespace) -> dict[str, Any]:
 
 def per_day(m: dict[str, Any]) -> dict[str, float]:
     """Bytes a day with the shipped defaults (read from the settings, not copied here)."""
-    from edgeheal.config import MqttTarget  # noqa: PLC0415
+    from edgeheal.config import MqttTarget
 
     defaults = MqttTarget()
     interval = defaults.interval or 60.0
@@ -135,8 +135,8 @@ def per_day(m: dict[str, Any]) -> dict[str, float]:
 
 
 def measure(probes: int = 20, link_seconds: float = 3.5) -> dict[str, Any]:
-    from edgeheal.lab.mosquitto import Mosquitto  # noqa: PLC0415
-    from edgeheal.lab.netns import Sandbox  # noqa: PLC0415
+    from edgeheal.lab.mosquitto import Mosquitto
+    from edgeheal.lab.netns import Sandbox
 
     with tempfile.TemporaryDirectory() as tmp, Sandbox() as sb:
         ns = sb.netns("mb")

@@ -22,8 +22,8 @@ from typing import Any
 
 
 def _paho_blocking_probe(host: str, port: int, user: str, password: str) -> float:
-    import paho.mqtt.client as paho  # noqa: PLC0415
-    from paho.mqtt.enums import CallbackAPIVersion  # noqa: PLC0415
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
 
     done = threading.Event()
     client = paho.Client(CallbackAPIVersion.VERSION2, client_id="bench-thread")
@@ -40,10 +40,10 @@ def _paho_blocking_probe(host: str, port: int, user: str, password: str) -> floa
 
 
 async def _run(probes: int) -> dict[str, Any]:
-    from edgeheal.boundaries.mqtt import probe  # noqa: PLC0415
-    from edgeheal.config import MqttTarget  # noqa: PLC0415
-    from edgeheal.lab.mosquitto import Mosquitto  # noqa: PLC0415
-    from edgeheal.lab.netns import Sandbox  # noqa: PLC0415
+    from edgeheal.boundaries.mqtt import probe
+    from edgeheal.config import MqttTarget
+    from edgeheal.lab.mosquitto import Mosquitto
+    from edgeheal.lab.netns import Sandbox
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, Sandbox() as sb:

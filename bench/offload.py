@@ -42,14 +42,14 @@ TARGET = 2.0
 
 
 def _enter(ns: str) -> None:
-    from pyroute2 import netns as pnetns  # noqa: PLC0415 - bench needs only this path
+    from pyroute2 import netns as pnetns  # bench needs only this path
 
     pnetns.setns(ns, flags=0, fork=False)
 
 
 def _recreate() -> float:
     """(in the namespace thread) delete and re-add wwan0; return the start time."""
-    from pyroute2 import IPRoute  # noqa: PLC0415
+    from pyroute2 import IPRoute
 
     with IPRoute() as ipr:
         (index,) = ipr.link_lookup(ifname="wwan0")
@@ -61,7 +61,7 @@ def _recreate() -> float:
 
 def _turn_on() -> float:
     """(in the namespace thread) switch the feature back on with the ethtool ioctl."""
-    from pyroute2.ethtool.ioctl import IoctlEthtool  # noqa: PLC0415
+    from pyroute2.ethtool.ioctl import IoctlEthtool
 
     ioctl = IoctlEthtool("wwan0")
     try:

@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
     labkit.dump(args.out, doc)
     ok = bool(RESULT) and not report["error"]
     if ok:
-        import shutil  # noqa: PLC0415
+        import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
     else:

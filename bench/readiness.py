@@ -312,7 +312,7 @@ def jobs(quick: bool) -> list[tuple[str, list[str]]]:
 
 
 async def run_all(quick: bool, tmp: Path) -> dict[str, Any]:
-    from datetime import UTC, datetime  # noqa: PLC0415
+    from datetime import UTC, datetime
 
     began = time.monotonic()
     res: dict[str, Any] = {"quick": quick, "started": datetime.now(UTC),

@@ -65,7 +65,7 @@ name = "cloud"
 host = "{b.pod_cidr.replace('.0/24', '.5')}"
 path = "tunnel"
 """
-        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+        from prometheus_client import CollectorRegistry
 
         cfg = validation.loads(toml)
         self.settings = cfg.wireguard

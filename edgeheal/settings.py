@@ -63,7 +63,7 @@ def validate_files(settings: Config) -> None:
             raise ConfigError(key, f"{path}: {problem}", file=settings.source)
     kube = settings.kubernetes
     if kube is not None and kube.kubeconfig:
-        from edgeheal.boundaries.kube import KubeError, check_kubeconfig  # noqa: PLC0415
+        from edgeheal.boundaries.kube import KubeError, check_kubeconfig
 
         try:
             check_kubeconfig(kube.kubeconfig, kube.context)

@@ -168,7 +168,7 @@ class _Stats:
     """The server's own metrics, and ``edgeheal_ready``, on the agent's registry."""
 
     def __init__(self, agent: Source) -> None:
-        from prometheus_client import Counter, Gauge  # noqa: PLC0415
+        from prometheus_client import Counter, Gauge
 
         registry = agent.registry
         self.ready = Gauge(

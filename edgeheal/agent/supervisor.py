@@ -109,12 +109,12 @@ class Agent:
                  checks: list[Check] | None = None,
                  hasten_spacing: float = HASTEN_SPACING) -> None:
         """``checks`` replaces the registry's checks (tests inject their own)."""
-        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+        from prometheus_client import CollectorRegistry
 
-        from edgeheal.agent import remediation  # noqa: PLC0415 - the actors load with an agent
-        from edgeheal.agent.alerts.engine import AlertEngine  # noqa: PLC0415
-        from edgeheal.boundaries.mqtt.link import for_alerts  # noqa: PLC0415
-        from edgeheal.boundaries.prometheus import AgentMetrics  # noqa: PLC0415
+        from edgeheal.agent import remediation  # the actors load with an agent
+        from edgeheal.agent.alerts.engine import AlertEngine
+        from edgeheal.boundaries.mqtt.link import for_alerts
+        from edgeheal.boundaries.prometheus import AgentMetrics
 
         self.config = config
         self.clock, self.wall = clock, wall
@@ -338,7 +338,7 @@ class Agent:
         sockets already bound to ``[http] listen`` (:func:`run_forever` binds them first).
         A start that fails (control socket, HTTP) goes through the same ordered stop, so
         it leaves no socket and no running marker behind."""
-        from edgeheal.agent import endpoints as http  # noqa: PLC0415 - aiohttp only for `run`
+        from edgeheal.agent import endpoints as http  # aiohttp only for `run`
 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -373,7 +373,7 @@ class Agent:
             await self._shutdown(tasks, web)
 
     async def _shutdown(self, tasks: list[asyncio.Task[None]], web: Any) -> None:
-        from edgeheal.agent import endpoints as http  # noqa: PLC0415
+        from edgeheal.agent import endpoints as http
 
         log.info("stopping")
         self.notifier.stopping()
@@ -401,8 +401,8 @@ def release_startup_memory() -> None:
     """Hand the heap that start-up used and freed (imports, config parsing, the registries,
     the first connections) back to the kernel, once: without it the steady RSS keeps that
     high-water mark. glibc only (``malloc_trim``); elsewhere a no-op."""
-    import ctypes  # noqa: PLC0415 - once, at start-up
-    import gc  # noqa: PLC0415
+    import ctypes  # once, at start-up
+    import gc
 
     gc.collect()
     try:
@@ -443,7 +443,7 @@ def run_forever(config: Config) -> None:
     """The agent as ``edgeheal run`` starts it: lock the state directory (StateDirBusy,
     an OSError naming the PID that holds it), bind the HTTP port, and only then build the
     agent, which opens the outbox and the markers in that directory."""
-    from edgeheal.agent import endpoints as http  # noqa: PLC0415
+    from edgeheal.agent import endpoints as http
 
     async def main() -> None:
         with lock_state_dir(config.agent.state_dir):

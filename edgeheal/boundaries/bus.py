@@ -128,7 +128,7 @@ class Bus:
         """The reply's body (the arguments are a D-Bus message's fields, in its order).
         ``limit``: seconds to wait for the reply (None: bounded only by the caller's own
         timeout); ``returns``: the reply's signature must be this (else ``malformed``)."""
-        from dbus_fast import DBusFastError, Message, MessageType  # noqa: PLC0415
+        from dbus_fast import DBusFastError, Message, MessageType
 
         what = f"{interface.rsplit('.', 1)[-1]}.{member}"
         msg = Message(destination=destination, path=path, interface=interface, member=member,
@@ -180,8 +180,8 @@ async def open_bus(address: str, *, limit: float | None = CALL_TIMEOUT,
     """A connection to the bus at ``address`` within ``limit`` seconds (None: bounded only
     by the caller's own timeout and ``auth_timeout``); :class:`BusError` if there is none."""
     try:
-        from dbus_fast import BusType, DBusFastError  # noqa: PLC0415
-        from dbus_fast.aio import MessageBus  # noqa: PLC0415
+        from dbus_fast import BusType, DBusFastError
+        from dbus_fast.aio import MessageBus
     except ImportError as err:
         raise BusError("needs dbus-fast, which is not installed (install edgeheal[dbus])",
                        name=NO_LIBRARY, kind="config") from err

@@ -164,7 +164,7 @@ class ModemManager:
     async def reconnect(self, modem: Modem, bearer: Bearer) -> None:
         """``Simple.Disconnect(bearer)`` then ``Simple.Connect(bearer's Properties)`` on the
         modem, as ``mmcli --simple-disconnect`` / ``--simple-connect`` would."""
-        from dbus_fast import Variant  # noqa: PLC0415
+        from dbus_fast import Variant
 
         _check_path(modem.path, MODEM_PREFIX, "modem path")
         _check_path(bearer.path, BEARER_PREFIX, "bearer path")

@@ -70,7 +70,7 @@ STATES = {"ok": State.OK, "refused": State.FAILED, "tls_error": State.FAILED,
 
 class _Metrics:
     def __init__(self, ctx: Context) -> None:
-        from prometheus_client import Gauge  # noqa: PLC0415
+        from prometheus_client import Gauge
 
         self.up = Gauge("edgeheal_mqtt_up", "1 if the MQTT target answered its last probe "
                         "(or its kept-open connection is up).", ["target", "path"],
@@ -100,8 +100,8 @@ class MqttProbeCheck:
         self._resume: Any = None
 
     async def run(self) -> CheckResult:
-        from edgeheal.boundaries.mqtt import probe  # noqa: PLC0415 - the boundary on demand
-        from edgeheal.boundaries.mqtt.transport import TlsResumption  # noqa: PLC0415
+        from edgeheal.boundaries.mqtt import probe  # the boundary on demand
+        from edgeheal.boundaries.mqtt.transport import TlsResumption
 
         if self._resume is None and self.target.tls:
             self._resume = TlsResumption()
@@ -170,10 +170,10 @@ def _names(config: Config) -> tuple[str, ...]:
 
 def _validate(config: Config) -> None:
     """``[[mqtt.targets]]`` rules beyond the common keys, and ``alerts.target`` naming one."""
-    import re  # noqa: PLC0415 - the hook's imports stay with the hook
+    import re  # the hook's imports stay with the hook
 
-    from edgeheal.checks import registrations  # noqa: PLC0415
-    from edgeheal.config import ConfigError  # noqa: PLC0415
+    from edgeheal.checks import registrations
+    from edgeheal.config import ConfigError
 
     seen: dict[str, str] = {}
     for reg in registrations():
@@ -192,7 +192,7 @@ def _validate(config: Config) -> None:
         seen[target.name] = key
         if not target.host:
             raise ConfigError(f"{key}.host", "is required")
-        from edgeheal.boundaries.mqtt import client_id, host_problem, string_problem  # noqa: PLC0415
+        from edgeheal.boundaries.mqtt import client_id, host_problem, string_problem
         if (problem := host_problem(target.host)) is not None:
             raise ConfigError(f"{key}.host", problem)
         if (problem := string_problem(client_id(target, config.node))) is not None:

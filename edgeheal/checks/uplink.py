@@ -224,7 +224,8 @@ class UplinkCheck:
     async def _interfaces(self, now: float) -> tuple[Interface, ...]:
         """The uplink interfaces: from sysfs plus the last netlink read's addresses and
         routes when nothing moved, else a fresh netlink read (see the module docstring)."""
-        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415 - pyroute2 only with the check on
+        # pyroute2 only with the check on
+        from edgeheal.boundaries.kernel import interfaces as ifstate
 
         root = (None if self.netns else ifstate.SYSFS) if self._sysfs == "auto" \
             else self._sysfs
@@ -248,13 +249,13 @@ class UplinkCheck:
         return interfaces
 
     async def run(self) -> CheckResult:
-        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415
+        from edgeheal.boundaries.kernel import interfaces as ifstate
 
         now = self.ctx.clock()
         interfaces = await self._interfaces(now)
         rx = sum(i.rx_packets for i in interfaces)
         if self.uplink.probe:
-            from edgeheal.config import split_hostport  # noqa: PLC0415
+            from edgeheal.config import split_hostport
 
             host, port = split_hostport(self.uplink.probe)
             self._probe = await ifstate.reachable(host, port,
@@ -280,7 +281,7 @@ class UplinkCheck:
     async def _modem(self, names: set[str]) -> tuple[Modem | None, str]:
         if not self.uplink.modem_manager:
             return None, ""
-        from edgeheal.boundaries.modemmanager import ModemError, ModemManager  # noqa: PLC0415
+        from edgeheal.boundaries.modemmanager import ModemError, ModemManager
 
         if self._mm is None:
             self._mm = ModemManager(self.uplink.dbus_address or None,
@@ -310,7 +311,7 @@ def _names(config: Config) -> tuple[str, ...]:
 
 
 def _validate(config: Config) -> None:
-    from edgeheal.config import ConfigError, split_hostport  # noqa: PLC0415
+    from edgeheal.config import ConfigError, split_hostport
 
     settings = config.uplink
     if settings.probe:

@@ -247,7 +247,7 @@ class WireguardCheck:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import (  # noqa: PLC0415 - only on scrape
+        from prometheus_client.core import (  # only on scrape
             CounterMetricFamily,
             GaugeMetricFamily,
         )
@@ -283,7 +283,7 @@ class WireguardCheck:
         if self._reader is not None:
             result: DeviceStats = await self._reader(ifname)
             return result
-        from edgeheal.boundaries.wg import read_device  # noqa: PLC0415
+        from edgeheal.boundaries.wg import read_device
 
         return await read_device(ifname)
 
@@ -564,7 +564,7 @@ def _alert(status: CheckStatus) -> tuple[str, str]:
 
 def _validate(config: Config) -> None:
     """``[wireguard]``: interface names, the peers to watch, and threshold order."""
-    from edgeheal.config import ConfigError, format_duration  # noqa: PLC0415
+    from edgeheal.config import ConfigError, format_duration
 
     wg = config.wireguard
     if isinstance(wg.watch_peers, str) and wg.watch_peers != "auto":

@@ -73,7 +73,7 @@ def _accept_config_everywhere(sub: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def main(argv: list[str] | None = None) -> int:
-    from edgeheal.base import log as logsetup  # noqa: PLC0415
+    from edgeheal.base import log as logsetup
 
     logsetup.setup(os.environ.get("EDGEHEAL_LOG_LEVEL", "info"))
     parser = build_parser(() if runs_agent(sys.argv[1:] if argv is None else argv)
@@ -109,8 +109,8 @@ def runs_agent(argv: list[str]) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     config = load(args.config)
-    from edgeheal.agent.supervisor import run_forever  # noqa: PLC0415
-    from edgeheal.base import log as logsetup  # noqa: PLC0415
+    from edgeheal.agent.supervisor import run_forever
+    from edgeheal.base import log as logsetup
 
     logsetup.setup(os.environ.get("EDGEHEAL_LOG_LEVEL", config.agent.log_level))
     try:

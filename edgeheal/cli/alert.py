@@ -64,8 +64,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.boundaries import control_socket as control  # noqa: PLC0415
-    from edgeheal.settings import load  # noqa: PLC0415
+    from edgeheal.boundaries import control_socket as control
+    from edgeheal.settings import load
 
     config = load(getattr(args, "config", None))
     try:

@@ -22,7 +22,7 @@ from edgeheal.model import ExitCode
 
 
 def _seconds(text: str) -> float:
-    from edgeheal.config import parse_duration  # noqa: PLC0415
+    from edgeheal.config import parse_duration
 
     try:
         value = parse_duration(text)
@@ -49,8 +49,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.settings import load  # noqa: PLC0415
-    from edgeheal.tools import diagnose  # noqa: PLC0415
+    from edgeheal.settings import load
+    from edgeheal.tools import diagnose
 
     config = load(getattr(args, "config", None))
     try:

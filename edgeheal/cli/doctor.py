@@ -33,8 +33,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.settings import load  # noqa: PLC0415
-    from edgeheal.tools import doctor  # noqa: PLC0415
+    from edgeheal.settings import load
+    from edgeheal.tools import doctor
 
     config = load(getattr(args, "config", None))
     try:

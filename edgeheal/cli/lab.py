@@ -42,10 +42,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.lab.netns import LabError, require_programs, require_root, sweep  # noqa: PLC0415
-    from edgeheal.lab.runner import render_summary, run_scenario, write_report  # noqa: PLC0415
-    from edgeheal.lab.scenarios import DEFAULT, SCENARIOS  # noqa: PLC0415
-    from edgeheal.lab.world import PROGRAMS  # noqa: PLC0415
+    from edgeheal.lab.netns import LabError, require_programs, require_root, sweep
+    from edgeheal.lab.runner import render_summary, run_scenario, write_report
+    from edgeheal.lab.scenarios import DEFAULT, SCENARIOS
+    from edgeheal.lab.world import PROGRAMS
 
     if args.list:
         for name, scenario in SCENARIOS.items():
@@ -98,7 +98,7 @@ def _interrupt(*_: object) -> None:
 
 def _plot(report: dict[str, Any], path: Path) -> None:
     try:
-        from edgeheal.lab.plot import timeline_svg  # noqa: PLC0415
+        from edgeheal.lab.plot import timeline_svg
     except ImportError:
         return
     svg = path.with_suffix(".svg")

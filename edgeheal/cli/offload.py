@@ -34,9 +34,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.boundaries.kernel.ethtool import Ethtool, EthtoolError  # noqa: PLC0415
-    from edgeheal.checks.offload.enforcer import apply  # noqa: PLC0415
-    from edgeheal.settings import load  # noqa: PLC0415
+    from edgeheal.boundaries.kernel.ethtool import Ethtool, EthtoolError
+    from edgeheal.checks.offload.enforcer import apply
+    from edgeheal.settings import load
 
     config = load(getattr(args, "config", None))
     settings = config.offload
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def exit_code(report: Any, *, require_interface: bool) -> int:
-    from edgeheal.checks.offload.enforcer import Outcome, problem_text  # noqa: PLC0415
+    from edgeheal.checks.offload.enforcer import Outcome, problem_text
 
     for iface in report.interfaces:
         for r in iface.results:
@@ -78,7 +78,7 @@ def exit_code(report: Any, *, require_interface: bool) -> int:
 
 def render(report: Any, *, status: bool = False, dry_run: bool = False) -> str:
     """The table: one row per interface and configured feature."""
-    from edgeheal.checks.offload.enforcer import Outcome  # noqa: PLC0415
+    from edgeheal.checks.offload.enforcer import Outcome
 
     rows: list[tuple[str, ...]]
     if status:

@@ -62,10 +62,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgeheal.agent.remediation.operator import pause_seconds  # noqa: PLC0415
-    from edgeheal.boundaries.control_socket import ControlError, call  # noqa: PLC0415
-    from edgeheal.config import format_duration  # noqa: PLC0415
-    from edgeheal.settings import load  # noqa: PLC0415
+    from edgeheal.agent.remediation.operator import pause_seconds
+    from edgeheal.boundaries.control_socket import ControlError, call
+    from edgeheal.config import format_duration
+    from edgeheal.settings import load
 
     command = args.remediation_command
     payload: dict[str, Any] = {}
@@ -141,7 +141,7 @@ def kubeconfig_from_secret(secret: dict[str, Any], server: str) -> dict[str, Any
 
 
 def run_kubeconfig(args: argparse.Namespace) -> int:
-    import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 - lightkube's dependency
+    import yaml  # type: ignore[import-untyped]  # lightkube's dependency
 
     try:
         source = str(args.secret)

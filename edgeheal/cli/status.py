@@ -88,8 +88,8 @@ def _default_url(args: argparse.Namespace) -> str:
         except ValueError:
             raise ValueError("--url has a port that is not a number in 0-65535") from None
         return url
-    from edgeheal.config import ConfigError, split_hostport  # noqa: PLC0415
-    from edgeheal.settings import load  # noqa: PLC0415
+    from edgeheal.config import ConfigError, split_hostport
+    from edgeheal.settings import load
 
     listen = "127.0.0.1:9917"
     try:

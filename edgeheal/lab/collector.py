@@ -23,8 +23,8 @@ from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear script
-    import paho.mqtt.client as mqtt  # noqa: PLC0415
-    from paho.mqtt.enums import CallbackAPIVersion  # noqa: PLC0415
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.enums import CallbackAPIVersion
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--host", required=True)

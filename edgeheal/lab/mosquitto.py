@@ -83,7 +83,7 @@ class Mosquitto:
         return free_port(self.host)
 
     def _make_certs(self) -> None:
-        import trustme  # noqa: PLC0415 - lab extra
+        import trustme  # lab extra
 
         ca = trustme.CA()
         cert = ca.issue_cert("127.0.0.1", "localhost", self.host)

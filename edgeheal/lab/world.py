@@ -178,7 +178,7 @@ class World:
             self._start_collector(edge)
         self._tasks.append(asyncio.create_task(self._flannel_watch(), name="lab.flannel"))
         if self.modem:
-            from edgeheal.lab.modems import start_modem  # noqa: PLC0415
+            from edgeheal.lab.modems import start_modem
 
             for edge in self.edges:
                 self.modems[edge.name] = await start_modem(self, edge)
@@ -234,7 +234,7 @@ class World:
         self.broker.subscribe("edgeheal/#", self.alerts_path)
 
     async def _start_kube(self) -> None:
-        from edgeheal.lab.kubeapi import FakeKube  # noqa: PLC0415
+        from edgeheal.lab.kubeapi import FakeKube
 
         self.kube = FakeKube(ready_delay=1.0, replace_delay=0.5)
         # the edges reach the API on the cloud's address of their own link
@@ -431,7 +431,7 @@ mode = "{remediation}"
     def _uplink_config(self, edge: Edge) -> str:
         if not edge.modem_bus:
             return ""
-        from edgeheal.lab.modems import uplink_config  # noqa: PLC0415
+        from edgeheal.lab.modems import uplink_config
 
         return uplink_config(edge, field=self.field)
 
@@ -603,7 +603,7 @@ def _wait(predicate: Any, timeout: float, what: str) -> None:
 def _retarget_kubeconfig(path: Path, host: str, port: int) -> None:
     """Point the kubeconfig at the cloud address the edge reaches the API on."""
     text = path.read_text()
-    import re  # noqa: PLC0415
+    import re
 
     text = re.sub(r"server: https://[^\s]+", f"server: https://{host}:{port}", text)
     path.write_text(text)

@@ -160,7 +160,7 @@ def by_mode(mode: str, ladder: str | None = FLANNEL) -> RemedyRegistration | Non
 def validate(config: Config) -> None:
     """``remediation.mode`` names a registered remedy (or ``auto``/``none``), and every
     registered remedy's own settings rules hold."""
-    from edgeheal.config import ConfigError  # noqa: PLC0415 - config loading calls this
+    from edgeheal.config import ConfigError  # config loading calls this
 
     mode = config.remediation.mode
     choices = ("auto", *modes(), "none")

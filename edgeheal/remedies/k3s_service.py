@@ -211,7 +211,7 @@ class K3sServiceRemedy:
                       "[remediation.service] unit")
 
     async def _restart(self, bus: _Systemd, unit: str, started: float) -> RemedyOutcome:
-        from dbus_fast import MessageType  # noqa: PLC0415
+        from dbus_fast import MessageType
 
         (owner,) = await bus.bus.call(DBUS, DBUS_PATH, DBUS, "GetNameOwner", "s", [SYSTEMD])
         (path,) = await bus.manager("GetUnit", "s", [unit])
@@ -311,7 +311,7 @@ def _restart_bound(config: Config) -> float:
 
 
 def _validate(config: Config) -> None:
-    from edgeheal.config import ConfigError  # noqa: PLC0415 - config loading calls this
+    from edgeheal.config import ConfigError  # config loading calls this
 
     service, key = config.remediation.service, "remediation.service"
     if service.unit != "auto" and not K3S_UNIT_PATTERN.fullmatch(service.unit):

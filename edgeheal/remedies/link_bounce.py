@@ -41,7 +41,7 @@ class LinkBounce:
         self.netns, self.down_for = netns, down_for
 
     async def _names(self) -> list[str]:
-        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415 - pyroute2, lazily
+        from edgeheal.boundaries.kernel import interfaces as ifstate  # pyroute2, lazily
 
         try:
             found = await ifstate.read(self.patterns, netns=self.netns)
@@ -59,7 +59,7 @@ class LinkBounce:
         return Availability(True, f"bounces {', '.join(names)} over rtnetlink")
 
     async def restart(self) -> RemedyOutcome:
-        from edgeheal.boundaries.kernel import interfaces as ifstate  # noqa: PLC0415
+        from edgeheal.boundaries.kernel import interfaces as ifstate
 
         names = await self._names()
         for name in names:

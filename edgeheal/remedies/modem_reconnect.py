@@ -95,13 +95,13 @@ class ModemReconnect:
 
     def manager(self) -> Any:
         if self._manager is None:
-            from edgeheal.boundaries.modemmanager import ModemManager  # noqa: PLC0415 - dbus-fast, lazily
+            from edgeheal.boundaries.modemmanager import ModemManager  # dbus-fast, lazily
 
             self._manager = ModemManager(self.address or None)
         return self._manager
 
     async def _target(self) -> tuple[Modem, Bearer]:
-        from edgeheal.boundaries.modemmanager import ModemError  # noqa: PLC0415
+        from edgeheal.boundaries.modemmanager import ModemError
 
         try:
             modems = await self.manager().modems()
@@ -132,7 +132,7 @@ class ModemReconnect:
                             f"({bearer.interface or 'no interface'}) via ModemManager")
 
     async def restart(self) -> RemedyOutcome:
-        from edgeheal.boundaries.modemmanager import ModemError  # noqa: PLC0415
+        from edgeheal.boundaries.modemmanager import ModemError
 
         modem, bearer = await self._target()
         try:

@@ -147,7 +147,7 @@ def _restart_bound(config: Config) -> float:
 
 
 def _validate(config: Config) -> None:
-    from edgeheal.config import ConfigError  # noqa: PLC0415 - config loading calls this
+    from edgeheal.config import ConfigError  # config loading calls this
 
     pod = config.remediation.pod
     if pod.ready_timeout <= 0:

@@ -55,7 +55,7 @@ class UsbReauthorize:
     async def _path(self) -> Path:
         name = self.device
         if name == "modem":
-            from edgeheal.boundaries.modemmanager import ModemError, ModemManager  # noqa: PLC0415
+            from edgeheal.boundaries.modemmanager import ModemError, ModemManager
 
             if self._mm is None:
                 self._mm = ModemManager(self.address or None)
@@ -115,7 +115,7 @@ def _unavailable(config: Config) -> str:
 
 
 def _validate(config: Config) -> None:
-    from edgeheal.config import ConfigError  # noqa: PLC0415
+    from edgeheal.config import ConfigError
 
     device = config.remediation.uplink.usb_device
     if device and device != "modem" and not USB_PORT.fullmatch(device):

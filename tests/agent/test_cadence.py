@@ -49,7 +49,7 @@ def test_a_fault_is_confirmed_in_seconds_and_a_recovery_seen_in_seconds() -> Non
     """Walk a probe target through a blackhole with an injected clock: 60 s interval, 5 s
     timeout, retry 2 s, fail_after 2. Healthy runs are 60 s apart; from the first failing
     probe to the second one takes timeout + retry, not another interval."""
-    from edgeheal.core import debounce  # noqa: PLC0415
+    from edgeheal.core import debounce
 
     clock = Clock(now=0.0, start=0.0)
     status = debounce.initial("t", required=True, now=clock.now, wall=clock.wall())
@@ -89,7 +89,7 @@ def test_a_fault_is_confirmed_in_seconds_and_a_recovery_seen_in_seconds() -> Non
 
 
 def test_in_doubt_means_the_result_or_the_effective_state_is_not_ok() -> None:
-    from edgeheal.core import debounce  # noqa: PLC0415
+    from edgeheal.core import debounce
 
     clock = Clock()
     status = debounce.initial("t", required=False, now=clock.now, wall=clock.wall())

@@ -337,7 +337,7 @@ async def test_the_agent_exports_its_own_memory_and_descriptors(tmp_path: Path) 
 
 
 def test_memory_limits_are_read_from_the_cgroup(tmp_path: Path) -> None:
-    from edgeheal.boundaries.prometheus import SelfCollector, _cgroup_files  # noqa: PLC0415
+    from edgeheal.boundaries.prometheus import SelfCollector, _cgroup_files
 
     group = tmp_path / "sys" / "system.slice" / "edgeheal.service"
     group.mkdir(parents=True)

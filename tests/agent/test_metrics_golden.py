@@ -50,7 +50,7 @@ compared, their samples are not."""
 
 def normalise(text: str) -> str:
     """Prometheus text -> the golden form (sorted families, no values)."""
-    from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
+    from prometheus_client.parser import text_string_to_metric_families
 
     blocks = []
     for family in sorted(text_string_to_metric_families(text), key=lambda f: f.name):
@@ -166,7 +166,7 @@ def test_every_documented_family_exists() -> None:
 
 
 def test_every_check_module_declares_its_reasons_and_documents_each() -> None:
-    from edgeheal import checks  # noqa: PLC0415
+    from edgeheal import checks
 
     for reg in checks.registrations():
         assert reg.reasons, f"{reg.module} declares no reasons (edgeheal_check_reason)"

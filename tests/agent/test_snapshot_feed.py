@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.agent.fakes import ScriptedCheck, failed, ok
 from tests.agent.support import running_agent
+from tests.support import until
 
 
 async def test_a_follower_wakes_at_the_next_publication_not_at_its_timeout(
@@ -30,7 +31,7 @@ async def test_changed_returns_at_once_for_a_reader_behind(
         await agent.changed(agent.snapshot.version - 1, 30.0)  # already newer: no wait
         assert time.monotonic() - began < 1.0
     # without an agent (a check's unit test), the Context's default only waits its bound
-    from edgeheal.model import _no_feed  # noqa: PLC0415
+    from edgeheal.model import _no_feed
     began = time.monotonic()
     await asyncio.wait_for(_no_feed(0, 0.05), 5.0)
     assert 0.04 <= time.monotonic() - began < 5.0
@@ -59,5 +60,5 @@ async def test_alerts_follow_the_snapshot_in_order(tmp_path: Path) -> None:
             real(snap)
 
         agent.alerts.observe = spy  # type: ignore[method-assign]
-        await running.until(lambda: len(observed) >= 3)
+        await until(lambda: len(observed) >= 3, what="three observed snapshots")
         assert observed == sorted(set(observed))  # each version once, never backwards

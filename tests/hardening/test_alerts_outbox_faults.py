@@ -204,7 +204,7 @@ def test_a_full_disk_keeps_raising_alerts_and_counts_what_memory_cannot_hold(
 
 
 def test_the_status_schema_lists_exactly_the_outbox_faults() -> None:
-    from edgeheal.agent.alerts.outbox import FAULTS  # noqa: PLC0415
+    from edgeheal.agent.alerts.outbox import FAULTS
 
     schema = json.loads((Path(__file__).resolve().parents[2] / "schemas" /
                          "status.schema.json").read_text())

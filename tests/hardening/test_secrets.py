@@ -60,7 +60,7 @@ def block_scalar_kubeconfig(api: FakeKube, path: Path, token: str = TOKEN) -> Pa
     assert f"token: {token}\n" in text
     path.write_text(text.replace(f"token: {token}\n", f"token: |\n      {token}\n"),
                     encoding="utf-8")
-    import yaml  # type: ignore[import-untyped]  # noqa: PLC0415
+    import yaml  # type: ignore[import-untyped]
 
     assert yaml.safe_load(path.read_text())["users"][0]["user"]["token"] == token + "\n"
     return path
@@ -224,7 +224,7 @@ async def test_a_real_agent_keeps_the_token_out_of_status_and_its_log(
 ])
 def test_an_api_answer_that_echoes_the_header_is_blanked(body: str) -> None:
     """A server or proxy may echo the request's header in its error: never repeated."""
-    import httpx2  # noqa: PLC0415
+    import httpx2
 
     said = kube._status_message(httpx2.Response(400, text=body), TOKEN)
     assert TOKEN not in said

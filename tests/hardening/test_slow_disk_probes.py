@@ -31,6 +31,7 @@ from edgeheal.config import CheckSettings
 from edgeheal.core.safeguards import History
 from tests.agent.fakes import ScriptedCheck, ok
 from tests.agent.support import running_agent
+from tests.support import until
 
 FSYNC = 2.0
 """Seconds each fsync takes on the simulated card."""
@@ -84,7 +85,7 @@ async def test_readyz_answers_in_milliseconds_while_the_disk_takes_2s(
         tmp_path: Path, disk: SlowDisk) -> None:
     check = ScriptedCheck("fast", FAST, [ok()])
     async with running_agent(tmp_path, [check]) as agent:
-        await agent.until(lambda: agent.agent.snapshot.ready)
+        await until(lambda: agent.agent.snapshot.ready, what="the agent ready")
         engine = agent.agent.alerts
         await engine.outbox.settled()  # agent.started is stored: what follows is ours
         disk.stalls.clear()

@@ -242,8 +242,8 @@ async def test_raw_watch_framing_replay_bookmarks_and_expiry(api: FakeKube,
 async def test_describe_node_lists_its_pods_and_events(api: FakeKube, agent: Credentials,
                                                        kubectl: Kubectl,
                                                        tmp_path: Any) -> None:
-    from edgeheal.boundaries.kube import KubeClient  # noqa: PLC0415
-    from edgeheal.config import KubernetesSettings  # noqa: PLC0415
+    from edgeheal.boundaries.kube import KubeClient
+    from edgeheal.config import KubernetesSettings
 
     client = KubeClient(KubernetesSettings(kubeconfig=str(api.write_kubeconfig(
         tmp_path / "agent", agent)), request_timeout=5.0, retries=0))

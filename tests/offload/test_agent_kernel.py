@@ -25,7 +25,7 @@ PORT = 9917  # inside the test's own fresh namespace, so no other test can hold 
 
 
 def _enter(ns: str) -> None:
-    from pyroute2 import netns  # noqa: PLC0415
+    from pyroute2 import netns
 
     netns.setns(ns, flags=0, fork=False)  # this worker thread only
 

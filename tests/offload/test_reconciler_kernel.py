@@ -101,7 +101,7 @@ class RenamingSource:
     read-back (``when="read"``: the correction is made under the temporary name)."""
 
     def __init__(self, ns: str, old: str, new: str, when: str) -> None:
-        from edgeheal.checks.offload.enforcer import _real_source  # noqa: PLC0415 - the code under test
+        from edgeheal.checks.offload.enforcer import _real_source  # the code under test
 
         self.real: Any = _real_source()
         self.ns, self.old, self.new, self.when = ns, old, new, when

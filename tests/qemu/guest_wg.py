@@ -72,7 +72,7 @@ def dump(dev: str) -> dict[str, Any]:
 
 async def ours(dev: str) -> tuple[dict[str, Any], int, str]:
     stats = await wg.read_device(dev)
-    from pyroute2.netlink.generic.wireguard import AsyncWireGuard  # noqa: PLC0415
+    from pyroute2.netlink.generic.wireguard import AsyncWireGuard
 
     sock = AsyncWireGuard()
     try:

@@ -45,7 +45,7 @@ class Sleeps:
         self.delays: list[float] = []
 
     async def __call__(self, delay: float) -> None:
-        import asyncio  # noqa: PLC0415
+        import asyncio
 
         self.delays.append(delay)
         await asyncio.sleep(0)

@@ -34,7 +34,7 @@ pytestmark = [
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[Any]:
-    from edgeheal.lab.world import World  # noqa: PLC0415
+    from edgeheal.lab.world import World
 
     lab = World(tmp_path / "lab", edges=2, offload_on_at_boot=False)
     try:

@@ -168,9 +168,9 @@ def _node(name: str) -> dict[str, Any]:
 def evaluate(expression: str, activation: dict[str, Any]) -> Any:
     """One CEL expression with cel-python, plus the Kubernetes string extension
     ``substring`` the policy uses; an evaluation error is raised, not returned."""
-    import celpy  # noqa: PLC0415 - a dev extra, only this test uses it
-    from celpy.adapter import json_to_cel  # noqa: PLC0415
-    from celpy.evaluation import CELEvalError  # noqa: PLC0415
+    import celpy  # a dev extra, only this test uses it
+    from celpy.adapter import json_to_cel
+    from celpy.evaluation import CELEvalError
 
     def substring(text: Any, start: Any, end: Any = None) -> Any:
         return celpy.celtypes.StringType(str(text)[int(start):None if end is None
@@ -189,7 +189,7 @@ def admit(request: dict[str, Any], *, old: Any = None, new: Any = None,
     """The ValidatingAdmissionPolicy's answer as the API server computes it: ("skip", "")
     when a match condition is false, ("allow", ""), ("deny", message); an evaluation error
     is a denial (failurePolicy Fail)."""
-    from celpy.evaluation import CELEvalError  # noqa: PLC0415 - a dev extra
+    from celpy.evaluation import CELEvalError  # a dev extra
 
     (policy, _binding) = documents("admission-policy.yaml")
     spec = policy["spec"]
@@ -251,7 +251,7 @@ def test_other_users_are_not_matched() -> None:
 def test_without_has_guards_a_secret_token_would_fail_evaluation() -> None:
     """Why the guards: the extra is absent from a Secret token's userInfo, and reading it
     is an evaluation error — with failurePolicy Fail, every request of the agent refused."""
-    from celpy.evaluation import CELEvalError  # noqa: PLC0415 - a dev extra
+    from celpy.evaluation import CELEvalError  # a dev extra
 
     with pytest.raises(CELEvalError):
         evaluate(f"'{NODE_NAME}' in request.userInfo.extra",

@@ -234,7 +234,7 @@ async def test_dry_run_says_everything_and_does_nothing(tmp_path: Path) -> None:
 
 
 def _at_the_reboot(world: World, rem: UplinkRemediator) -> None:
-    from edgeheal.core.safeguards import History  # noqa: PLC0415
+    from edgeheal.core.safeguards import History
 
     rem.store(History(failures_in_row=3))  # three rungs already failed to cure
 
@@ -315,10 +315,10 @@ async def test_the_rungs_are_probed_only_once_the_uplink_is_in_trouble(
 
 async def test_the_cli_pauses_and_resumes_the_uplink_ladder_over_the_control_socket(
         tmp_path: Path) -> None:
-    import asyncio  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    import asyncio
+    import sys
 
-    from edgeheal.boundaries import control_socket as control  # noqa: PLC0415
+    from edgeheal.boundaries import control_socket as control
 
     world = World(make_config(tmp_path), Clock(now=10_000.0, step=0.01))
     rem = actor(world, rungs_for(world))

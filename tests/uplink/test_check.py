@@ -208,7 +208,7 @@ async def test_without_modemmanager_silence_is_unknown_and_says_why(
 
 @pytest.mark.netns
 async def test_link_bounce_takes_a_real_veth_down_and_up(uplink_ns: dict[str, Any]) -> None:
-    from edgeheal.remedies.link_bounce import LinkBounce  # noqa: PLC0415
+    from edgeheal.remedies.link_bounce import LinkBounce
 
     edge, a = uplink_ns["edge"], uplink_ns["a"]
     config = loads(f'[uplink]\ninterfaces = ["{a}"]\n')

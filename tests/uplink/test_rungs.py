@@ -72,9 +72,9 @@ async def test_usb_reauthorize_modem_follows_modemmanagers_device_path(
 
     class Manager:
         async def modems(self) -> tuple[object, ...]:
-            import dataclasses  # noqa: PLC0415
+            import dataclasses
 
-            from tests.uplink.test_check import modem  # noqa: PLC0415
+            from tests.uplink.test_check import modem
 
             return (dataclasses.replace(
                 modem(), device="/sys/" + str(dev.real.relative_to(tmp_path))),)

@@ -298,8 +298,8 @@ def test_the_factory_registers_one_check_and_none_without_interfaces() -> None:
 
 
 def test_the_check_and_the_uapi_reader_do_not_load_pyroute2() -> None:
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    import subprocess
+    import sys
 
     code = ("import sys, edgeheal.checks.wireguard, edgeheal.boundaries.wg.uapi, "
             "edgeheal.boundaries.wg; "

@@ -117,7 +117,7 @@ class AlertEngine:
 
     def __init__(self, ctx: Context, *, link: Link | None = None) -> None:
         """``link``: the agent's connection to ``[alerts] target`` (None: log only)."""
-        from prometheus_client import Counter, Gauge  # noqa: PLC0415
+        from prometheus_client import Counter, Gauge
 
         cfg = ctx.config
         self.ctx, self.settings, self.node = ctx, cfg.alerts, cfg.node
@@ -607,7 +607,7 @@ def _jsonable(value: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _version() -> str:
-    from edgeheal import __version__  # noqa: PLC0415
+    from edgeheal import __version__
 
     return str(__version__)
 

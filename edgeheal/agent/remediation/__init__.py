@@ -69,6 +69,6 @@ def build_uplink(ctx: Context, *, durable: Callable[[], bool]) -> Remediator | N
     enabled`` (off by default). ``durable``: the outbox takes alerts durably now."""
     if not ctx.config.remediation.uplink.enabled:
         return None
-    from edgeheal.agent.remediation.uplink_actor import UplinkRemediator  # noqa: PLC0415
+    from edgeheal.agent.remediation.uplink_actor import UplinkRemediator
 
     return UplinkRemediator(ctx, durable=durable)

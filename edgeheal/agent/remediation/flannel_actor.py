@@ -144,7 +144,7 @@ class Remediator:
     def kube(self) -> KubeClient:
         """The shared Kubernetes client (remedies, Events, the condition), made on first use."""
         if self._kube is None:
-            from edgeheal.boundaries.kube import KubeClient  # noqa: PLC0415
+            from edgeheal.boundaries.kube import KubeClient
 
             assert self.config.kubernetes is not None  # noqa: S101 - checked by callers
             self._kube = KubeClient(self.config.kubernetes, wall=self.wall)

@@ -67,7 +67,7 @@ class _Gauges:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415 - on scrape
+        from prometheus_client.core import GaugeMetricFamily  # on scrape
 
         circuit = GaugeMetricFamily(
             "edgeheal_remediation_circuit_open",
@@ -98,7 +98,7 @@ class _Gauges:
 
 class _Families:
     def __init__(self, registry: CollectorRegistry) -> None:
-        from prometheus_client import Histogram  # noqa: PLC0415
+        from prometheus_client import Histogram
 
         self.restarts = CounterFamily(
             "edgeheal_remediations", "Remediation decisions carried out, by ladder, action "

@@ -46,7 +46,7 @@ def pause_seconds(raw: object) -> float | None:
     """The length of a pause from ``{"for": raw}``: ``None`` (until resumed) for a missing or
     empty value, else a duration within [PAUSE_MIN, PAUSE_MAX]; raise :class:`ValueError`
     saying what is accepted. Shared by the CLI (exit 2) and the control handler."""
-    from edgeheal.config import format_duration, parse_duration  # noqa: PLC0415
+    from edgeheal.config import format_duration, parse_duration
 
     if raw is None or raw == "":
         return None
@@ -61,7 +61,7 @@ def pause_seconds(raw: object) -> float | None:
 def register(actor: Remediator) -> None:
     """Register the commands on the actor's context (its control socket)."""
     async def pause(args: Mapping[str, Any]) -> Any:
-        from edgeheal.config import format_duration  # noqa: PLC0415
+        from edgeheal.config import format_duration
 
         seconds = pause_seconds(args.get("for"))  # ValueError: refused, nothing stored
         actor.store(actor.history.paused_for(actor.clock(), seconds))

@@ -63,7 +63,7 @@ class NodeReporter:
                         "edgeheal.remediation.event")
 
     async def _post_event(self, reason: str, message: str, warning: bool) -> None:
-        from edgeheal.boundaries.kube import KubeError, KubePermissionError  # noqa: PLC0415
+        from edgeheal.boundaries.kube import KubeError, KubePermissionError
 
         try:
             await self.kube().node_event(self.node, reason, message, warning=warning)
@@ -101,7 +101,7 @@ class NodeReporter:
 
     async def _patch_condition(self, healthy: bool | None, reason: str, message: str,
                                ) -> None:
-        from edgeheal.boundaries.kube import KubeError, KubePermissionError  # noqa: PLC0415
+        from edgeheal.boundaries.kube import KubeError, KubePermissionError
 
         try:
             await self.kube().set_node_condition(self.node, CONDITION_TYPE, healthy, reason,

@@ -91,7 +91,7 @@ class FeatureSource(Protocol):
 def _translate(err: BaseException, ifname: str, what: str) -> EthtoolError:
     """Map an ioctl failure (OSError or pyroute2's own types) to our exceptions."""
     _pyroute2.light()
-    from pyroute2.ethtool.ioctl import NoSuchDevice, NotSupportedError  # noqa: PLC0415
+    from pyroute2.ethtool.ioctl import NoSuchDevice, NotSupportedError
 
     if isinstance(err, NoSuchDevice):
         return NoSuchInterface(f"{ifname}: no such interface", interface=ifname)
@@ -123,7 +123,7 @@ class Ethtool:
     def _handle(self, ifname: str) -> Any:
         if self._ioctl is None:
             _pyroute2.light()
-            from pyroute2.ethtool.ioctl import IoctlEthtool  # noqa: PLC0415 - heavy, lazy
+            from pyroute2.ethtool.ioctl import IoctlEthtool  # heavy, lazy
 
             self._ioctl = IoctlEthtool()
         if not ifname or len(ifname.encode()) >= 16 or "/" in ifname:

@@ -135,7 +135,7 @@ def _attr(msg: Any, name: str) -> Any:
 
 def _socket(netns: str | None) -> Any:
     _pyroute2.light()
-    from pyroute2.iproute.linux import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
+    from pyroute2.iproute.linux import AsyncIPRoute  # heavy, lazy
 
     return AsyncIPRoute(**({"netns": netns, "flags": 0} if netns else {}))
 

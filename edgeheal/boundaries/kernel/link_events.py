@@ -62,8 +62,8 @@ class LinkListener:
     async def __aenter__(self) -> LinkListener:
         try:
             _pyroute2.light()
-            from pyroute2.iproute.linux import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
-            from pyroute2.netlink.rtnl import RTMGRP_LINK  # noqa: PLC0415
+            from pyroute2.iproute.linux import AsyncIPRoute  # heavy, lazy
+            from pyroute2.netlink.rtnl import RTMGRP_LINK
 
             kwargs: dict[str, Any] = {"netns": self._netns, "flags": 0} if self._netns else {}
             self._ipr = AsyncIPRoute(**kwargs)

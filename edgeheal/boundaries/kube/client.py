@@ -91,14 +91,14 @@ class KubeClient:
 
     def _client(self) -> Any:
         if self._http is None:
-            import httpx2  # noqa: PLC0415
+            import httpx2
 
             # only the kubeconfig loader and the client adapter; lightkube's __init__ would
             # add its own clients and resources for nothing (docs/footprint.md)
             skip_init("lightkube")
-            from lightkube.config import client_adapter  # noqa: PLC0415
-            from lightkube.config.kubeconfig import KubeConfig  # noqa: PLC0415
-            from lightkube.core.exceptions import ConfigError  # noqa: PLC0415
+            from lightkube.config import client_adapter
+            from lightkube.config.kubeconfig import KubeConfig
+            from lightkube.core.exceptions import ConfigError
 
             for name in QUIET_LOGGERS:
                 quiet = logging.getLogger(name)
@@ -161,7 +161,7 @@ class KubeClient:
                       body: Any = None, content_type: str = "application/json",
                       ) -> dict[str, Any]:
         """One API call; ``what`` is ``(verb, resource, namespace)`` rendered for errors."""
-        import httpx2  # noqa: PLC0415
+        import httpx2
 
         http = self._client()
         headers = {"Accept": "application/json"}
@@ -257,7 +257,7 @@ class KubeClient:
                          resource_version: str, within: float,
                          ) -> AsyncIterator[tuple[str, Pod]]:
         """Stream (type, pod) events for this node's matching pods for ``within`` seconds."""
-        import httpx2  # noqa: PLC0415
+        import httpx2
 
         http = self._client()
         params = {"watch": "true", "labelSelector": label_selector,

@@ -50,7 +50,7 @@ def current_token_check() -> Callable[[object], str]:
     ``edgeheal.boundaries.kube.token_problem`` (to meet the HTTP library's own error, which
     quotes the header), as they did when the package was one module; both callers, this
     module's and the client's, read it from there so that one patch reaches them."""
-    from edgeheal.boundaries import kube  # noqa: PLC0415 - the package, initialised by now
+    from edgeheal.boundaries import kube  # the package, initialised by now
 
     return kube.token_problem
 
@@ -98,7 +98,7 @@ def check_kubeconfig(path: str, context: str = "") -> None:
 
 
 def _kubeconfig_document(path: str) -> dict[str, Any]:
-    import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 - lightkube's dependency
+    import yaml  # type: ignore[import-untyped]  # lightkube's dependency
 
     try:
         data = _read_regular(path)

@@ -142,6 +142,6 @@ async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
     TLS probe resumes the session of the previous one (and keeps this one's). Never raises
     for anything the network or the peer does; see :data:`REASONS`.
     """
-    from edgeheal.boundaries.mqtt.client import probe as _probe  # noqa: PLC0415 - paho on demand
+    from edgeheal.boundaries.mqtt.client import probe as _probe  # paho on demand
 
     return await _probe(target, node, limit=limit, resume=resume)

@@ -127,7 +127,7 @@ class Link:
         current connection open so :meth:`close` can still say ``offline`` on it;
         :meth:`close` (or :meth:`abort`) always ends it.
         """
-        from edgeheal.boundaries.mqtt.client import Connection  # noqa: PLC0415 - paho on demand
+        from edgeheal.boundaries.mqtt.client import Connection  # paho on demand
 
         self._on_state = on_state
         attempt = 0

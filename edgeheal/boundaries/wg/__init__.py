@@ -51,9 +51,9 @@ async def read_device(ifname: str, *, uapi_dir: Path = UAPI_DIR,
                       answer_within: float = 2.0) -> DeviceStats:
     """Read one device with the reader the host offers; raise a :class:`WireGuardError`."""
     if reader_kind(ifname, uapi_dir=uapi_dir) == "uapi":
-        from edgeheal.boundaries.wg import uapi  # noqa: PLC0415 - keep the package import light
+        from edgeheal.boundaries.wg import uapi  # keep the package import light
 
         return await uapi.read(ifname, uapi_dir=uapi_dir, answer_within=answer_within)
-    from edgeheal.boundaries.wg import netlink  # noqa: PLC0415 - pyroute2 only when the kernel is asked
+    from edgeheal.boundaries.wg import netlink  # pyroute2 only when the kernel is asked
 
     return await netlink.read(ifname, answer_within=answer_within)

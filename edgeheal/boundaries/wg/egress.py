@@ -91,12 +91,12 @@ class Egress:
 
     def _socket(self) -> Any:
         _pyroute2.light()
-        from pyroute2.iproute.linux import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
+        from pyroute2.iproute.linux import AsyncIPRoute  # heavy, lazy
 
         return AsyncIPRoute(**({"netns": self.netns, "flags": 0} if self.netns else {}))
 
     async def _route(self, ipr: Any, address: IPAddress) -> Route:
-        from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+        from pyroute2.netlink.exceptions import NetlinkError
 
         try:
             answer = list(await ipr.route("get", dst=str(address)))
@@ -162,7 +162,7 @@ class Egress:
 
     async def _diagnose(self, ipr: Any, endpoint: IPAddress, source: str | None,
                         ) -> Diagnosis:
-        import socket  # noqa: PLC0415
+        import socket
 
         family = socket.AF_INET if endpoint.version == 4 else socket.AF_INET6
         route = await self._route(ipr, endpoint)

@@ -52,8 +52,8 @@ log = logging.getLogger("edgeheal.wg.netlink")  # the name operators grep for
 async def read(ifname: str, *, answer_within: float = 2.0) -> DeviceStats:
     """Dump one device from the kernel."""
     _pyroute2.light()
-    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415 - heavy, lazy
-    from pyroute2.netlink.generic.wireguard import AsyncWireGuard  # noqa: PLC0415
+    from pyroute2.netlink.exceptions import NetlinkError  # heavy, lazy
+    from pyroute2.netlink.generic.wireguard import AsyncWireGuard
 
     sock = AsyncWireGuard()
     try:
@@ -97,7 +97,7 @@ MAX_DUMP = 16 * 1024 * 1024
 
 def _walk(data: bytes, start: int, end: int, level: str) -> None:
     """Check the attributes in ``data[start:end]``; ValueError on the first bad one."""
-    import struct  # noqa: PLC0415
+    import struct
 
     offset = start
     while offset + 4 <= end:
@@ -122,7 +122,7 @@ def _walk(data: bytes, start: int, end: int, level: str) -> None:
 
 
 def _walk_list(data: bytes, start: int, end: int, level: str) -> None:
-    import struct  # noqa: PLC0415
+    import struct
 
     offset = start
     while offset + 4 <= end:
@@ -136,7 +136,7 @@ def _walk_list(data: bytes, start: int, end: int, level: str) -> None:
 def check_structure(data: bytes) -> None:
     """Walk a raw netlink byte stream of ``WG_CMD_GET_DEVICE`` answers; ValueError naming
     the first malformed header or attribute (lengths, minimum sizes), before pyroute2."""
-    import struct  # noqa: PLC0415
+    import struct
 
     if len(data) > MAX_DUMP:
         raise ValueError(f"dump of {len(data)} bytes, more than {MAX_DUMP}")
@@ -154,11 +154,11 @@ def check_structure(data: bytes) -> None:
 def decode(data: bytes) -> list[Any]:
     """Split a raw netlink byte stream (as read from the socket) into decoded ``wgmsg``;
     ValueError (naming what is wrong, never a value) for anything malformed."""
-    import struct  # noqa: PLC0415
+    import struct
 
     check_structure(data)
     _pyroute2.light()
-    from pyroute2.netlink.generic.wireguard import wgmsg  # noqa: PLC0415
+    from pyroute2.netlink.generic.wireguard import wgmsg
 
     out = []
     offset = 0

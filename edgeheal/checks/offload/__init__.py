@@ -140,10 +140,10 @@ def _alert(status: CheckStatus) -> tuple[str, str]:
 
 def _validate(config: Config) -> None:
     """``[offload]``: interface names or globs, and kernel feature names we know."""
-    import difflib  # noqa: PLC0415 - the hook's imports stay with the hook
+    import difflib  # the hook's imports stay with the hook
 
-    from edgeheal.checks.offload.feature_table import KERNEL_FEATURES  # noqa: PLC0415 - small, pure table
-    from edgeheal.config import ConfigError  # noqa: PLC0415
+    from edgeheal.checks.offload.feature_table import KERNEL_FEATURES  # small, pure table
+    from edgeheal.config import ConfigError
 
     for i, pattern in enumerate(config.offload.interfaces):
         if not pattern or "/" in pattern:

@@ -306,7 +306,7 @@ class Enforcer:
         """Listen to link events and reconcile a matching interface at once. Runs until
         cancelled; a listener failure raises (the supervisor restarts us, and the restart
         re-reconciles everything, covering any lost event)."""
-        from edgeheal.boundaries.kernel.link_events import DELLINK, LinkListener  # noqa: PLC0415
+        from edgeheal.boundaries.kernel.link_events import DELLINK, LinkListener
 
         async with LinkListener(netns=self._netns) as links, \
                 contextlib.aclosing(aiter(links)) as events:
@@ -336,7 +336,7 @@ class Enforcer:
 
 
 def _real_source() -> FeatureSource:
-    from edgeheal.boundaries.kernel.ethtool import Ethtool  # noqa: PLC0415
+    from edgeheal.boundaries.kernel.ethtool import Ethtool
 
     class IndexedEthtool(Ethtool):
         """Ethtool plus name <-> ifindex (in the calling thread's network namespace)."""
@@ -358,6 +358,6 @@ def _real_source() -> FeatureSource:
 
 def _enter_netns(name: str) -> None:
     """Executor initializer: move this worker thread (only) into network namespace ``name``."""
-    from pyroute2 import netns  # noqa: PLC0415
+    from pyroute2 import netns
 
     netns.setns(name, flags=0, fork=False)

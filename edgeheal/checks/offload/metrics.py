@@ -27,7 +27,7 @@ class Metrics:
     ``increase()`` sees its first correction; a rename moves them with the counts."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        from prometheus_client import Counter, Gauge  # noqa: PLC0415
+        from prometheus_client import Counter, Gauge
 
         self.enabled = Gauge(
             "edgeheal_offload_feature_enabled",

@@ -69,7 +69,7 @@ class FakeKube(Writes, Reads, Authz, Faults):
         longer than the grace period); ``grace``: the pods' terminationGracePeriodSeconds;
         ``history``: how many changes a watch can resume from (older: 410 Expired);
         ``bookmark_interval``: seconds between BOOKMARKs for watches that allow them."""
-        import trustme  # noqa: PLC0415 - lab dependency
+        import trustme  # lab dependency
 
         self._setup_store(history)
         self._setup_controller(ready_delay=ready_delay, replace_delay=replace_delay,
@@ -107,7 +107,7 @@ class FakeKube(Writes, Reads, Authz, Faults):
                 "cluster": "fake", "user": "edgeheal", "namespace": namespace}}],
             "current-context": "edgeheal",
         }
-        import yaml  # type: ignore[import-untyped]  # noqa: PLC0415 - lightkube's dep
+        import yaml  # type: ignore[import-untyped]  # lightkube's dep
 
         path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         path.chmod(0o600)

@@ -105,7 +105,7 @@ def bpf_program(ports: Sequence[int]) -> list[tuple[int, int, int, int]]:
 
 def attach_filter(sock: socket.socket, ports: Sequence[int]) -> None:
     """Attach :func:`bpf_program` to a packet socket (``SO_ATTACH_FILTER``)."""
-    import ctypes  # noqa: PLC0415
+    import ctypes
 
     program = bpf_program(ports)
     insns = b"".join(struct.pack("HBBI", c, jt, jf, k) for c, jt, jf, k in program)
@@ -130,7 +130,7 @@ def has_cap_net_raw(status_path: str = "/proc/self/status") -> bool | None:
 def require_capture() -> None:
     """Raise :class:`CaptureUnavailable` unless scapy imports and a packet socket opens."""
     try:
-        import scapy  # noqa: PLC0415, F401
+        import scapy  # noqa: F401
     except ImportError as err:
         raise CaptureUnavailable(
             "scapy is not installed; diagnose captures with it (install the Python package "
@@ -154,10 +154,10 @@ def capture(uplink: str, ports: Sequence[int], seconds: float) -> Tally:
     link flaps, which is exactly when a diagnosis must keep listening.
     """
     try:
-        from scapy.arch.linux import L2ListenSocket  # noqa: PLC0415 - heavy, only here
-        from scapy.config import conf  # noqa: PLC0415
-        from scapy.layers.inet import IP, UDP  # noqa: PLC0415
-        from scapy.layers.inet6 import IPv6  # noqa: PLC0415
+        from scapy.arch.linux import L2ListenSocket  # heavy, only here
+        from scapy.config import conf
+        from scapy.layers.inet import IP, UDP
+        from scapy.layers.inet6 import IPv6
     except ImportError as err:
         raise CaptureUnavailable(f"scapy is not installed or incomplete: {err}") from err
     try:

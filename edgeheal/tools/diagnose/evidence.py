@@ -167,7 +167,7 @@ class CaptureEvidence:
 
 def link_down(ifname: str) -> str | None:
     """``"down"`` / ``"no carrier"`` when the link is not up and running, else None."""
-    import fcntl  # noqa: PLC0415
+    import fcntl
 
     siocgifflags, iff_up, iff_running = 0x8913, 0x1, 0x40
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -201,10 +201,10 @@ def present_interfaces() -> list[str]:
 
 async def route_interface(addresses: Iterable[str]) -> str | None:
     """The interface of the route to the first of ``addresses`` that has one (rtnetlink)."""
-    from edgeheal.boundaries.kernel import pyroute2_light as _pyroute2  # noqa: PLC0415
+    from edgeheal.boundaries.kernel import pyroute2_light as _pyroute2
 
     _pyroute2.light()
-    from pyroute2.iproute.linux import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
+    from pyroute2.iproute.linux import AsyncIPRoute  # heavy, lazy
 
     ipr = AsyncIPRoute()
     try:
@@ -242,7 +242,7 @@ def default_seconds(devices: Iterable[DeviceStats]) -> float:
 
 
 def read_offload(uplink: str, features: Sequence[str]) -> tuple[dict[str, bool] | None, str]:
-    from edgeheal.boundaries.kernel.ethtool import Ethtool, EthtoolError  # noqa: PLC0415
+    from edgeheal.boundaries.kernel.ethtool import Ethtool, EthtoolError
 
     try:
         with Ethtool() as source:

@@ -139,7 +139,7 @@ def overall(findings: Sequence[Finding]) -> str:
 
 def to_json(config: Config, findings: Sequence[Finding]) -> dict[str, Any]:
     """The ``--json`` document (``schemas/doctor.schema.json``)."""
-    from edgeheal import __version__  # noqa: PLC0415
+    from edgeheal import __version__
 
     return {"node": config.node, "version": __version__, "config": config.source,
             "result": overall(findings), "exit_code": exit_code(findings),
@@ -148,7 +148,7 @@ def to_json(config: Config, findings: Sequence[Finding]) -> dict[str, Any]:
 
 def render(findings: Sequence[Finding], *, width: int = 100) -> str:
     """The table: check, result, what was found and, under it, the fix."""
-    import textwrap  # noqa: PLC0415
+    import textwrap
 
     check_w = max([len("CHECK"), *(len(f.check) for f in findings)])
     indent = " " * (check_w + 2 + 6 + 2)

@@ -27,7 +27,7 @@ def files(config: Config) -> Finding:
     problems = [f"{key}: {path}: {why}" for key, path in named if (why := unreadable(path))]
     kube = config.kubernetes
     if kube is not None and kube.kubeconfig and not unreadable(kube.kubeconfig):
-        from edgeheal.boundaries.kube import KubeError, check_kubeconfig  # noqa: PLC0415
+        from edgeheal.boundaries.kube import KubeError, check_kubeconfig
 
         try:
             check_kubeconfig(kube.kubeconfig, kube.context)

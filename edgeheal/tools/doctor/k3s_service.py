@@ -33,7 +33,7 @@ def applies(config: Config) -> bool:
 
 async def unit(config: Config, system: System) -> tuple[Finding, str | None]:
     """(the finding, the unit the remedy would restart or None)."""
-    from edgeheal.remedies.k3s_service import AUTO_UNITS  # noqa: PLC0415
+    from edgeheal.remedies.k3s_service import AUTO_UNITS
 
     name = "k3s-service.unit"
     mode = config.remediation.mode

@@ -49,7 +49,7 @@ class Need:
 
 
 def needs(config: Config) -> list[Need]:
-    from edgeheal.boundaries.kube import EVENT_NAMESPACE  # noqa: PLC0415
+    from edgeheal.boundaries.kube import EVENT_NAMESPACE
 
     kube = config.kubernetes
     assert kube is not None  # noqa: S101 - only called when configured
@@ -70,7 +70,7 @@ def needs(config: Config) -> list[Need]:
 
 
 async def api(config: Config, system: System) -> list[Finding]:
-    from edgeheal.boundaries.kube import KubeError  # noqa: PLC0415
+    from edgeheal.boundaries.kube import KubeError
 
     kube = config.kubernetes
     if kube is None:
@@ -96,7 +96,7 @@ async def api(config: Config, system: System) -> list[Finding]:
 
 
 async def _rbac(config: Config, client: KubeClient) -> Finding:
-    from edgeheal.boundaries.kube import KubeError  # noqa: PLC0415
+    from edgeheal.boundaries.kube import KubeError
 
     name = "kubernetes.rbac"
     wanted = needs(config)

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 
 def features(config: Config, system: System) -> Finding:
-    from edgeheal.boundaries.kernel.ethtool import EthtoolError  # noqa: PLC0415
-    from edgeheal.checks.offload.enforcer import Outcome, apply  # noqa: PLC0415
+    from edgeheal.boundaries.kernel.ethtool import EthtoolError
+    from edgeheal.checks.offload.enforcer import Outcome, apply
 
     name = "offload"
     settings = config.offload

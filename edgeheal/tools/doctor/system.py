@@ -124,7 +124,7 @@ def _attr(msg: Any, name: str) -> Any:
 
 def _ipr() -> Any:
     _pyroute2.light()
-    from pyroute2.iproute.linux import AsyncIPRoute  # noqa: PLC0415 - heavy, lazy
+    from pyroute2.iproute.linux import AsyncIPRoute  # heavy, lazy
 
     return AsyncIPRoute()
 
@@ -145,7 +145,7 @@ async def links() -> dict[str, NodeLink]:
 
 async def route(address: str) -> Route:
     """Where the kernel would send a packet to ``address`` now (``RTM_GETROUTE``)."""
-    from pyroute2.netlink.exceptions import NetlinkError  # noqa: PLC0415
+    from pyroute2.netlink.exceptions import NetlinkError
 
     ipr = _ipr()
     try:
@@ -268,8 +268,8 @@ async def unit_properties(address: str, unit: str) -> dict[str, Any]:
         path = address.split("=", 1)[1].split(",", 1)[0]
         if not os.path.exists(path):  # noqa: ASYNC240 - a stat of a local socket path
             raise NoBus(f"no system bus at {path}")
-    from dbus_fast import BusType, Message, MessageType  # noqa: PLC0415
-    from dbus_fast.aio import MessageBus  # noqa: PLC0415
+    from dbus_fast import BusType, Message, MessageType
+    from dbus_fast.aio import MessageBus
 
     bus = MessageBus(bus_address=address, bus_type=BusType.SYSTEM, auth_timeout=BUS_TIMEOUT)
     try:
@@ -325,7 +325,7 @@ class _BusCallError(Exception):
 # --- the whole interface --------------------------------------------------------------
 
 async def _read_device(ifname: str) -> DeviceStats:
-    from edgeheal.boundaries.wg import read_device  # noqa: PLC0415
+    from edgeheal.boundaries.wg import read_device
 
     return await read_device(ifname)
 
@@ -340,19 +340,19 @@ async def _resolve(host: str) -> list[str]:
 
 
 async def _probe(target: MqttTarget, node: str, limit: float) -> ProbeResult:
-    from edgeheal.boundaries.mqtt import probe  # noqa: PLC0415
+    from edgeheal.boundaries.mqtt import probe
 
     return await probe(target, node, limit=limit)
 
 
 def _kube(settings: KubernetesSettings) -> KubeClient:
-    from edgeheal.boundaries.kube import KubeClient  # noqa: PLC0415
+    from edgeheal.boundaries.kube import KubeClient
 
     return KubeClient(settings)
 
 
 def _features() -> FeatureSource:
-    from edgeheal.boundaries.kernel.ethtool import Ethtool  # noqa: PLC0415
+    from edgeheal.boundaries.kernel.ethtool import Ethtool
 
     return Ethtool()
 
