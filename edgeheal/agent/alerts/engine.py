@@ -13,8 +13,9 @@ When a problem opens, changes, repeats and closes is :mod:`edgeheal.agent.alerts
 raises what it returns and keeps the open problems in the outbox database, so a restart
 continues them (same correlation, and a recovery that is still sent) instead of opening
 duplicates. Around it, split by job: the metric families (:mod:`~edgeheal.agent.alerts.metrics`),
-the run marker (:mod:`~edgeheal.agent.alerts.markers`) and ``alert.test``
-(:mod:`~edgeheal.agent.alerts.selftest`).
+the run marker (:mod:`~edgeheal.agent.alerts.markers`), ``alert.test``
+(:mod:`~edgeheal.agent.alerts.selftest`), the retained status and a problem's ``detail``
+(:mod:`~edgeheal.agent.alerts.render`); every call to the outbox stays here.
 
 Delivery: every alert is committed to the outbox before it is logged or counted; the drain
 publishes the oldest row at QoS 1, waits for its PUBACK, deletes it, then takes the next —
@@ -75,9 +76,8 @@ RETRY_AFTER_REJECT = 5.0
 LINK_RESTART_MAX = 60.0
 """Longest pause before the link's task is restarted after a crash."""
 
+# what others import from here (the marker and the drop reasons from the modules owning them)
 __all__ = ["DROP_REASONS", "LINK_RESTART_MAX", "OUTBOX_FILE", "RUNNING_MARKER", "AlertEngine"]
-"""What others import from here; the run marker and the drop reasons are re-exported from the
-modules that own them since their split out of this one."""
 
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
 
