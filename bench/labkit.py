@@ -5,7 +5,8 @@ Why a subclass and not a lab change: the benchmarks need two knobs the lab does 
 running edge; and an agent on the *default* cadences, for the footprint and the probing
 bytes), plus outside observers the lab does not need (a traffic probe through the tunnel,
 /proc sampling, nft byte counters). All of it lives here, in bench/, and every world is
-closed in a ``finally``.
+closed in a ``finally``. The config text itself is the lab's
+(:mod:`edgeheal.lab.agent_config`), so a benchmark runs the agent a scenario runs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeheal.lab import nsutil
+from edgeheal.lab.agent_config import render as render_agent_config
 from edgeheal.lab.netns import run
 from edgeheal.lab.world import AGENT_PORT, BROKER_CLUSTER_IP, Edge, World
 
@@ -47,60 +49,15 @@ class BenchWorld(World):
         (bench/uplink_cost.py: the feature on and off side by side)."""
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
-        if self.defaults:
-            text = _default_config(self, edge, remediation)
+        if self.defaults:  # the shipped defaults, with no extra
+            text = render_agent_config(
+                edge, mqtt_port=self.mqtt_port, shipped=True, remediation=remediation,
+                uplink=self.modem and edge.name not in self.uplink_off)
         else:
             text = super().agent_config(edge, remediation=remediation, extra=extra)
         if not self.enforce:
             text = text.replace("[offload]\n", "[offload]\nenforce = false\n", 1)
         return text
-
-
-def _default_config(world: World, edge: Edge, remediation: str) -> str:
-    return f"""\
-[agent]
-node_name = "{edge.name}"
-state_dir = "{edge.state_dir}"
-
-[http]
-listen = ["127.0.0.1:{AGENT_PORT}"]
-
-[offload]
-interfaces = ["{edge.uplink}"]
-
-[wireguard]
-interfaces = ["{edge.wg_ifname}"]
-
-[[mqtt.targets]]
-name = "broker-tunnel"
-host = "{BROKER_CLUSTER_IP}"
-port = {world.mqtt_port}
-path = "tunnel"
-required = true
-
-[[mqtt.targets]]
-name = "broker-direct"
-host = "{edge.cloud_ip}"
-port = {world.mqtt_port}
-path = "direct"
-
-[alerts]
-target = "broker-direct"
-
-[kubernetes]
-kubeconfig = "{edge.workdir / 'kubeconfig'}"
-
-[remediation]
-mode = "{remediation}"
-""" + (_uplink(world, edge) if getattr(world, "modem", False)
-       and edge.name not in getattr(world, "uplink_off", ()) else "")
-
-
-def _uplink(world: World, edge: Edge) -> str:
-    """The uplink check and ladder on the shipped defaults (a world built with modems)."""
-    from edgeheal.lab.modems import uplink_config
-
-    return uplink_config(edge, field=True)
 
 
 # --- observing an agent from outside ------------------------------------------------------

@@ -329,111 +329,13 @@ class World:
             ns=edge.ns, log_path=edge.workdir / "collector.log")
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
-        if self.field:
-            return self.field_config(edge, remediation=remediation, extra=extra)
-        return f"""\
-[agent]
-node_name = "{edge.name}"
-state_dir = "{edge.state_dir}"
-check_interval = "1s"
+        """The config of ``edge``'s agent: the lab's tuning, or with ``--field`` the shipped
+        defaults (:mod:`edgeheal.lab.agent_config`); the uplink sections if it has a modem."""
+        from edgeheal.lab import agent_config  # it imports this module
 
-[http]
-listen = ["127.0.0.1:{AGENT_PORT}"]
-
-[offload]
-interfaces = ["{edge.uplink}"]
-interval = "30s"
-fail_after = 1
-recover_after = 1
-
-[wireguard]
-interfaces = ["{edge.wg_ifname}"]
-connect_grace = "20s"
-interval = "1s"
-
-[[mqtt.targets]]
-name = "broker-tunnel"
-host = "{BROKER_CLUSTER_IP}"
-port = {self.mqtt_port}
-path = "tunnel"
-interval = "5s"
-timeout = "5s"
-fail_after = 3
-required = true
-
-[[mqtt.targets]]
-name = "broker-direct"
-host = "{edge.cloud_ip}"
-port = {self.mqtt_port}
-path = "direct"
-interval = "5s"
-timeout = "5s"
-keepalive = "4s"                 # the alert connection's keepalive is the direct-path signal
-
-[alerts]
-target = "broker-direct"
-reminder_interval = "60s"
-reconnect_max = "10s"
-
-[kubernetes]
-kubeconfig = "{edge.workdir / 'kubeconfig'}"
-
-[remediation]
-mode = "{remediation}"
-cooldown = "20s"
-max_per_hour = 3
-startup_grace = "10s"
-verify_timeout = "30s"
-uplink_settle = "20s"
-{extra}{self._uplink_config(edge)}"""
-
-    def field_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
-        """The shipped defaults: only what names this world (addresses, interfaces, paths)
-        is set, as in ``edgeheal.example.toml``; every cadence, threshold and safeguard is
-        the agent's default."""
-        return f"""\
-[agent]
-node_name = "{edge.name}"
-state_dir = "{edge.state_dir}"
-
-[http]
-listen = ["127.0.0.1:{AGENT_PORT}"]
-
-[offload]
-interfaces = ["{edge.uplink}"]
-
-[wireguard]
-interfaces = ["{edge.wg_ifname}"]
-
-[[mqtt.targets]]
-name = "broker-tunnel"
-host = "{BROKER_CLUSTER_IP}"
-port = {self.mqtt_port}
-path = "tunnel"
-required = true
-
-[[mqtt.targets]]
-name = "broker-direct"
-host = "{edge.cloud_ip}"
-port = {self.mqtt_port}
-path = "direct"
-
-[alerts]
-target = "broker-direct"
-
-[kubernetes]
-kubeconfig = "{edge.workdir / 'kubeconfig'}"
-
-[remediation]
-mode = "{remediation}"
-{extra}{self._uplink_config(edge)}"""
-
-    def _uplink_config(self, edge: Edge) -> str:
-        if not edge.modem_bus:
-            return ""
-        from edgeheal.lab.modems import uplink_config
-
-        return uplink_config(edge, field=self.field)
+        return agent_config.render(edge, mqtt_port=self.mqtt_port, shipped=self.field,
+                                   uplink=bool(edge.modem_bus), remediation=remediation,
+                                   extra=extra)
 
     def start_agent(self, edge: Edge, **kw: Any) -> None:
         edge.config_path.write_text(self.agent_config(edge, **kw))
