@@ -140,6 +140,7 @@ async def test_a_persisted_pause_beyond_the_bound_is_dropped_at_start(
     view = rem.view()
     assert view["paused_until"] is None
     assert rem.history.paused_until is None
+    await rem._store.written()  # the drop is written off the event loop
     assert json.loads(path.read_text())["paused_until_boottime"] is None
     assert "outside the 30-day limit; dropped" in caplog.text
 

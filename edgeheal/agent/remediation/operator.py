@@ -64,18 +64,18 @@ def register(actor: Remediator) -> None:
         from edgeheal.config import format_duration
 
         seconds = pause_seconds(args.get("for"))  # ValueError: refused, nothing stored
-        actor.store(actor.history.paused_for(actor.clock(), seconds))
+        await actor.persist(actor.history.paused_for(actor.clock(), seconds))
         how = "until resumed" if seconds is None else f"for {format_duration(seconds)}"
         log.warning("remediation paused %s by the operator", how)
         return view(actor)
 
     async def resume(args: Mapping[str, Any]) -> Any:
-        actor.store(actor.history.resumed())
+        await actor.persist(actor.history.resumed())
         log.warning("remediation resumed by the operator")
         return view(actor)
 
     async def reset(args: Mapping[str, Any]) -> Any:
-        actor.store(actor.history.closed())
+        await actor.persist(actor.history.closed())
         actor.announced.clear()
         log.warning("remediation circuit reset by the operator")
         return view(actor)
