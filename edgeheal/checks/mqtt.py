@@ -219,4 +219,4 @@ def _validate(config: Config) -> None:
 
 register(Registration("mqtt", _factory, names=_names, doc=__doc__ or "", kinds=KINDS,
                       alert=lambda status: ("mqtt.unreachable", "mqtt.recovered"),
-                      validate=_validate, reasons=tuple(STATES)))
+                      validate=_validate, reasons=tuple(STATES), default_enabled=True))
