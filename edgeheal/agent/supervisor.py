@@ -45,12 +45,19 @@ import logging
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from edgeheal import __version__
 from edgeheal import checks as registry
+from edgeheal.agent.cadence import Cadence, in_doubt, next_due
+from edgeheal.agent.tasks import (
+    IGNORED_SIGNALS,
+    ignore_signal,
+    release_startup_memory,
+    spawn,
+)
 from edgeheal.boundaries.control_socket import ControlServer, lock_state_dir
 from edgeheal.boundaries.sd_notify import Notifier
 from edgeheal.checks import Check, Serving
@@ -65,43 +72,9 @@ TICK = 0.5
 """Supervisor tick, seconds: liveness, watchdog pings and the STATUS= line."""
 STOP_BUDGET = 4.0
 """Seconds the whole shutdown may take (systemd and the spec allow 5)."""
-RESTART_BACKOFF_MAX = 60.0
-IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-"""Logged and ignored (their default would kill the agent without a clean stop); there is
-no reload: a configuration change takes ``systemctl restart edgeheal``."""
 HASTEN_SPACING = 2.0
 """Least seconds between the end of a check's run and a run asked for with ``hasten``: a
 suspicion raised on every tick cannot become a probe storm."""
-QUICK_RETRY_FOR = 300.0
-"""Seconds a check in doubt is re-run at its ``retry_interval``; past it, at its
-``interval`` (the field's outages last 30 s to 2 min; a target that stays down for hours
-must not cost a probe every few seconds)."""
-
-
-def in_doubt(result: CheckResult, status: CheckStatus) -> bool:
-    """The raw result or the effective state (after debouncing) is not ok."""
-    return result.state is not State.OK or status.state is not State.OK
-
-
-def next_due(*, began: float, ended: float, interval: float, retry: float | None,
-             doubt_since: float | None, quick_for: float = QUICK_RETRY_FOR) -> float:
-    """When the next run starts (monotonic seconds), after a run from ``began`` to
-    ``ended``: ``interval`` after it began; in doubt (``doubt_since`` set, less than
-    ``quick_for`` ago) at most ``retry`` after it ended."""
-    due = began + interval
-    if retry is not None and doubt_since is not None and ended - doubt_since < quick_for:
-        due = min(due, ended + retry)
-    return due
-
-
-@dataclasses.dataclass
-class _Cadence:
-    """A check loop's scheduling state (the supervisor's, not the check's)."""
-
-    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    doubt_since: float | None = None
-
-
 class Agent:
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -134,7 +107,7 @@ class Agent:
         self._ready_sent = False
         self._summary = ""
         self.hasten_spacing = hasten_spacing
-        self._cadence: dict[str, _Cadence] = {}
+        self._cadence: dict[str, Cadence] = {}
         self.alert_link = for_alerts(config, clock=clock)
         """The one connection to ``[alerts] target``: the alert engine runs it, its check
         reads it (``Context.alert_link``)."""
@@ -154,7 +127,7 @@ class Agent:
                 check.name, required=check.settings.required, now=now, wall=wall_now)
             self.metrics.declare(self._statuses[check.name],
                                  registry.reasons(config, check.name))
-            self._cadence[check.name] = _Cadence()
+            self._cadence[check.name] = Cadence()
         self.alerts = AlertEngine(self.ctx, link=self.alert_link)
         self.remediator = remediation.build(self.ctx)
         self.uplink_remediator = remediation.build_uplink(
@@ -242,7 +215,7 @@ class Agent:
         if cadence.doubt_since is None and not cadence.wake.is_set():
             cadence.wake.set()
 
-    async def _pause(self, name: str, cadence: _Cadence, due: float, ended: float) -> None:
+    async def _pause(self, name: str, cadence: Cadence, due: float, ended: float) -> None:
         """Sleep until ``due`` or, when hastened, until ``ended`` + the spacing."""
         hastened = False
         while (left := due - self.clock()) > 0:
@@ -346,7 +319,7 @@ class Agent:
                 loop.add_signal_handler(sig, self.stop_event.set)
         for sig in IGNORED_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, _ignore_signal, sig)
+                loop.add_signal_handler(sig, ignore_signal, sig)
         tasks: list[asyncio.Task[None]] = []
         web = None
         try:
@@ -356,18 +329,18 @@ class Agent:
             log.info("edgeheal %s on %s: checks %s; http %s", __version__, self.config.node,
                      ", ".join(c.name for c in self.checks) or "none",
                      ", ".join(self.config.http.listen))
-            tasks.append(_spawn("edgeheal.supervisor", self._supervise))
-            tasks.append(_spawn("edgeheal.alerts.follow", self._follow_for_alerts))
+            tasks.append(spawn("edgeheal.supervisor", self._supervise))
+            tasks.append(spawn("edgeheal.alerts.follow", self._follow_for_alerts))
             for check in self.checks:
-                tasks.append(_spawn(f"edgeheal.check.{check.name}",
+                tasks.append(spawn(f"edgeheal.check.{check.name}",
                                     lambda c=check: self._check_loop(c)))  # type: ignore[misc]
                 if isinstance(check, Serving):
-                    tasks.append(_spawn(f"edgeheal.serve.{check.name}", check.serve))
+                    tasks.append(spawn(f"edgeheal.serve.{check.name}", check.serve))
             for name, actor in (("edgeheal.alerts", self.alerts),
                                 ("edgeheal.remediation", self.remediator),
                                 ("edgeheal.remediation.uplink", self.uplink_remediator)):
                 if actor is not None:
-                    tasks.append(_spawn(name, actor.serve))
+                    tasks.append(spawn(name, actor.serve))
             await self.stop_event.wait()
         finally:
             await self._shutdown(tasks, web)
@@ -395,48 +368,6 @@ class Agent:
                     await asyncio.wait_for(close(), 0.2)
         self.notifier.close()
         log.info("stopped")
-
-
-def release_startup_memory() -> None:
-    """Hand the heap that start-up used and freed (imports, config parsing, the registries,
-    the first connections) back to the kernel, once: without it the steady RSS keeps that
-    high-water mark. glibc only (``malloc_trim``); elsewhere a no-op."""
-    import ctypes  # once, at start-up
-    import gc
-
-    gc.collect()
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        log.debug("malloc_trim is not available here")
-
-
-def _spawn(name: str, factory: Callable[[], Awaitable[None]]) -> asyncio.Task[None]:
-    return asyncio.create_task(_guard(name, factory), name=name)
-
-
-async def _guard(name: str, factory: Callable[[], Awaitable[None]]) -> None:
-    """Run a long-lived coroutine; log and restart it with capped backoff if it crashes."""
-    delay = 1.0
-    while True:
-        began = time.monotonic()
-        try:
-            await factory()
-            log.warning("task %s returned; restarting in %.0fs", name, delay)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("task %s crashed; restarting in %.0fs", name, delay)
-        if time.monotonic() - began > 5 * RESTART_BACKOFF_MAX:
-            delay = 1.0
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, RESTART_BACKOFF_MAX)
-
-
-def _ignore_signal(sig: signal.Signals) -> None:
-    log.info("%s ignored: edgeheal reads its configuration only at start "
-             "(systemctl restart edgeheal applies a change)", sig.name)
 
 
 def run_forever(config: Config) -> None:

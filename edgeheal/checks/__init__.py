@@ -86,6 +86,11 @@ class Registration:
     """The closed table of reasons this module's checks report (its docstring explains
     them); ``edgeheal_check_reason`` exports exactly these, plus the supervisor's own
     (``pending``, ``check_error``, ``check_timeout``) and ``other``."""
+    default_enabled: bool = False
+    """Whether the module's checks run on a node whose configuration has no section of its
+    name. A new check ships off: an upgrade must not start probing a fleet that never asked
+    for it. The shipped checks (offload, wireguard, mqtt, uplink) are on, as they always were
+    (uplink still watches nothing without ``[uplink] interfaces``)."""
     role: str = ""
     """What the layers above know this module as (``tunnel``, ``uplink``, ``offload``), so
     that they ask :func:`role` and never import a check module by name. One module a role."""
@@ -125,6 +130,8 @@ def role(name: str) -> Registration:
 def build(ctx: Context) -> list[Check]:
     checks: list[Check] = []
     for reg in registrations():
+        if not reg.default_enabled and reg.module not in ctx.config.sections:
+            continue  # a check that ships off: its section turns it on
         checks.extend(c for c in reg.factory(ctx) if c.settings.enabled)
     return checks
 

@@ -14,7 +14,7 @@ Two ways of observing, both free of threads and subprocesses:
   after ``retry_interval`` (2 s) rather than ``interval``, so ``fail_after`` and
   ``recover_after`` are reached in seconds; and the WireGuard check, when its counters
   raise a suspicion, asks for the tunnel-path probe at once (``Context.hasten``). The
-  scheduling is the agent's (:func:`edgeheal.agent.supervisor.next_due`); the reasoning behind the
+  scheduling is the agent's (:func:`edgeheal.agent.cadence.next_due`); the reasoning behind the
   defaults is in ``docs/mqtt.md``;
 - the ``[alerts] target`` is never probed: its kept-open connection
   (``Context.alert_link``, built once by the agent and run by the alert engine) already
@@ -219,4 +219,4 @@ def _validate(config: Config) -> None:
 
 register(Registration("mqtt", _factory, names=_names, doc=__doc__ or "", kinds=KINDS,
                       alert=lambda status: ("mqtt.unreachable", "mqtt.recovered"),
-                      validate=_validate, reasons=tuple(STATES)))
+                      validate=_validate, reasons=tuple(STATES), default_enabled=True))

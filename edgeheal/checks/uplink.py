@@ -351,4 +351,4 @@ KINDS: dict[str, Kind] = {
 
 register(Registration(NAME, _build, names=_names, doc=__doc__ or "", kinds=KINDS,
                       alert=_alert, validate=_validate, reasons=REASONS,
-                      role="uplink"))
+                      default_enabled=True, role="uplink"))

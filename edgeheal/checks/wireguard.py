@@ -600,7 +600,7 @@ def _validate(config: Config) -> None:
 checks.register(checks.Registration(
     NAME, factory, names=lambda config: (NAME,) if config.wireguard.interfaces else (),
     doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=_validate,
-    reasons=tuple(REASONS), role="tunnel", reason_states=REASONS,
+    reasons=tuple(REASONS), default_enabled=True, role="tunnel", reason_states=REASONS,
     vocabulary={"send_failing": frozenset({"send_failing"}),
                 "uplink_causes": UPLINK_CAUSES}))
 

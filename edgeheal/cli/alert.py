@@ -61,6 +61,19 @@ def add_parser(sub: Any) -> None:
     t.add_argument("--ids", action="store_true", help="print only the alert ids, one a line")
     t.add_argument("--json", action="store_true", help="print the agent's reply as JSON")
     t.set_defaults(func=run)
+    k = inner.add_parser("kinds", help="print the closed table of alert kinds (Markdown)")
+    k.add_argument("--enum", action="store_true",
+                   help="print the alert schema's kind enum (JSON) instead")
+    k.set_defaults(func=run_kinds)
+
+
+def run_kinds(args: argparse.Namespace) -> int:
+    """The generated half of docs/alerts.md and of the schema (a test keeps both in step)."""
+    from edgeheal.agent.alerts import kinds
+
+    print(json.dumps(kinds.schema_enum(), indent=2) if args.enum else kinds.markdown_table(),
+          end="\n" if args.enum else "")
+    return ExitCode.OK
 
 
 def run(args: argparse.Namespace) -> int:

@@ -130,7 +130,8 @@ def parse(text: str, *, source: str = "<string>") -> Config:
         raise err.located(source) from None
     except RecursionError:  # a value nested deeper than any setting, quoted in an error
         raise ConfigError("", "a value is nested too deeply", file=source) from None
-    return dataclasses.replace(config, source=source)
+    sections = frozenset(key for key, value in data.items() if isinstance(value, dict))
+    return dataclasses.replace(config, source=source, sections=sections)
 
 
 def _type_name(tp: Any, duration: bool = False) -> str:

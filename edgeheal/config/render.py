@@ -24,7 +24,7 @@ def redacted(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = {}
         for f in dataclasses.fields(obj):
-            if f.name == "source":
+            if f.name in ("source", "sections"):
                 continue
             value = getattr(obj, f.name)
             if f.metadata.get("secret") and value:
@@ -46,7 +46,7 @@ def reference() -> list[tuple[str, str, str]]:
     def walk(cls: type[Any], path: str) -> None:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            if f.name == "source":
+            if f.name in ("source", "sections"):
                 continue
             tp, key = hints[f.name], f"{path}.{f.name}" if path else f.name
             if typing.get_origin(tp) in (types.UnionType, typing.Union):

@@ -384,6 +384,8 @@ class Config:
         default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
     source: str = field(default="", metadata=doc("internal: the file this came from"))
+    sections: frozenset[str] = field(
+        default=frozenset(), metadata=doc("internal: the top-level tables the file sets"))
 
     @property
     def node(self) -> str:

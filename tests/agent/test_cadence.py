@@ -1,6 +1,6 @@
 """When checks run: frugal in health, quick in doubt, and at once when another check asks.
 
-Scenarios for :func:`edgeheal.agent.supervisor.next_due` (times are an injected monotonic clock):
+Scenarios for :func:`edgeheal.agent.cadence.next_due` (times are an injected monotonic clock):
 
 1. Healthy: the next run starts ``interval`` after the last one began, nothing sooner.
 2. In doubt (a result or the effective state not ok): ``retry_interval`` after the last
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.agent.supervisor import QUICK_RETRY_FOR, in_doubt, next_due
+from edgeheal.agent.cadence import QUICK_RETRY_FOR, in_doubt, next_due
 from edgeheal.config import CheckSettings
 from edgeheal.model import CheckResult, State
 from tests.agent.fakes import ScriptedCheck, failed, ok

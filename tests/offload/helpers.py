@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from edgeheal.boundaries.kernel.ethtool import Feature, NoSuchInterface, PermissionDenied
+from edgeheal.boundaries.kernel.ethtool import Feature, NoSuchInterface, NotPermitted
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CSUM = ("tx-checksum-ipv4", "tx-checksum-ip-generic", "tx-checksum-ipv6")
@@ -90,7 +90,7 @@ class FixtureSource:
 
     def disable(self, ifname: str, names: Iterable[str]) -> None:
         if self.deny:
-            raise PermissionDenied(f"{ifname}: needs CAP_NET_ADMIN", interface=ifname)
+            raise NotPermitted(f"{ifname}: needs CAP_NET_ADMIN", interface=ifname)
         wanted = tuple(names)
         self.disabled.append((ifname, wanted))
         for name in wanted:

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
-from edgeheal.agent.alerts import kinds, lifecycle, markers, render
+from edgeheal.agent.alerts import delivery, kinds, lifecycle, markers, render
 from edgeheal.agent.alerts.markers import RUNNING_MARKER
 from edgeheal.agent.alerts.metrics import DROP_REASONS, AlertMetrics
 from edgeheal.agent.alerts.offloop import OffLoopOutbox
@@ -60,7 +60,6 @@ from edgeheal.agent.alerts.outbox import DROPPED_KIND, RETRY_EVERY, Outbox
 from edgeheal.agent.alerts.payload import Alert, UlidFactory
 from edgeheal.agent.alerts.payload import build as build_alert
 from edgeheal.agent.alerts.selftest import AlertTest
-from edgeheal.boundaries.mqtt import MqttError
 from edgeheal.core.path_verdict import targets
 from edgeheal.model import CheckStatus, Snapshot, State, rfc3339
 
@@ -72,7 +71,6 @@ log = logging.getLogger("edgeheal.alerts.engine")  # the name operators grep for
 
 OUTBOX_FILE = "alerts.sqlite3"
 PRUNE_EVERY = 60.0
-RETRY_AFTER_REJECT = 5.0
 LINK_RESTART_MAX = 60.0
 """Longest pause before the link's task is restarted after a crash."""
 
@@ -232,7 +230,7 @@ class AlertEngine:
         self._collect_drops()
         self._gauges()
 
-    def _pause(self) -> float:
+    def pause(self) -> float:
         """How long the delivery loops sleep when idle: shorter while the outbox is faulty
         (its memory queue is retried)."""
         return RETRY_EVERY if self.outbox.fault is not None else PRUNE_EVERY
@@ -314,12 +312,12 @@ class AlertEngine:
             while True:
                 await self.outbox.run(self._prune)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._pause())
+                    await asyncio.wait_for(self._wake.wait(), self.pause())
                 self._wake.clear()
         link = self.link
         runner = asyncio.create_task(self._keep_link(link), name="edgeheal.alerts.link")
         try:
-            await self._drain(link)
+            await delivery.drain(self, link)
         except asyncio.CancelledError:
             raise  # shutdown: close() still says "offline" over this connection
         except BaseException:
@@ -345,39 +343,6 @@ class AlertEngine:
                 delay = 1.0
             await asyncio.sleep(delay)
             delay = min(delay * 2, LINK_RESTART_MAX)
-
-    async def _drain(self, link: Link) -> None:
-        while True:
-            await link.wait_up()
-            generation = link.generation
-            try:
-                self._status_sent = None  # the will may have replaced it: say it again
-                while link.connected and link.generation == generation:
-                    await self.outbox.run(self._prune)
-                    if self._status_doc is not None and self._status_doc != self._status_sent:
-                        doc = self._status_doc
-                        await link.publish(self.status_topic, self._status_payload(
-                            doc["state"], doc["checks"]), retain=True)
-                        self._status_sent = doc
-                        continue
-                    entry = await self.outbox.run(self.outbox.oldest)
-                    if entry is None:
-                        self._wake.clear()
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), self._pause())
-                        continue
-                    await link.publish(self.alerts_topic, entry.payload)
-                    await self.outbox.run(self.outbox.delete, entry.seq)
-                    self.metrics.published.inc()
-                    self._alert_test.delivered(entry.id)
-                    await self.outbox.run(self._gauges)
-                    log.debug("alert %s delivered (PUBACK)", entry.id,
-                              extra={"alert_id": entry.id, "kind": entry.kind})
-            except MqttError as err:
-                log.info("alert delivery paused (%s): %s; %d alert(s) wait in the outbox",
-                         err.reason, err, self._depth)
-                if link.connected and link.generation == generation:
-                    await asyncio.sleep(RETRY_AFTER_REJECT)  # rejected, not disconnected
 
     async def close(self) -> None:
         """Clean shutdown: retained ``offline`` status, DISCONNECT, clean-exit mark."""

@@ -72,6 +72,19 @@ the subsystems'. ``docs/alerts.md`` and ``schemas/alert.schema.json`` are kept i
 test."""
 
 
+def markdown_table() -> str:
+    """The closed table as ``docs/alerts.md`` shows it (``edgeheal alert kinds``)."""
+    rows = ["| kind | severity | opens a problem | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{name}` | {kind.severity} | {'yes' if kind.problem else ''} | {kind.doc} |"
+             for name, kind in KINDS.items()]
+    return "\n".join(rows) + "\n"
+
+
+def schema_enum() -> list[str]:
+    """The ``kind`` enum of ``schemas/alert.schema.json`` (``edgeheal alert kinds --enum``)."""
+    return sorted(KINDS)
+
+
 def severity(kind: str, *, required: bool = True) -> Severity:
     """The severity of ``kind``; a problem on a non-required check is at most a warning."""
     sev = KINDS[kind].severity

@@ -9,7 +9,7 @@ drivers. So this module is the only place that talks to the kernel about feature
 protocol, and it turns every kernel failure into one of our own exceptions:
 
 - :class:`NoSuchInterface` (ENODEV): the interface vanished (a modem re-enumerating);
-- :class:`PermissionDenied` (EPERM/EACCES): changing features needs CAP_NET_ADMIN;
+- :class:`NotPermitted` (EPERM/EACCES): changing features needs CAP_NET_ADMIN;
 - :class:`Unsupported` (EOPNOTSUPP): the driver does not answer the request.
 
 It uses pyroute2's ``IoctlEthtool`` (``SIOCETHTOOL`` with ``ETHTOOL_GFEATURES`` /
@@ -51,7 +51,7 @@ class NoSuchInterface(EthtoolError):
     """The interface does not exist (any more) in this network namespace."""
 
 
-class PermissionDenied(EthtoolError):
+class NotPermitted(EthtoolError):
     """Changing features needs CAP_NET_ADMIN (run as root, or grant the capability)."""
 
 
@@ -102,7 +102,7 @@ def _translate(err: BaseException, ifname: str, what: str) -> EthtoolError:
     if code in (errno.ENODEV, errno.ENXIO):
         return NoSuchInterface(f"{ifname}: no such interface", interface=ifname)
     if code in (errno.EPERM, errno.EACCES):
-        return PermissionDenied(
+        return NotPermitted(
             f"{ifname}: {what} needs CAP_NET_ADMIN (permission denied)", interface=ifname)
     if code in (errno.EOPNOTSUPP, errno.ENOTSUP):
         return Unsupported(f"{ifname}: {what} is not supported by its driver",

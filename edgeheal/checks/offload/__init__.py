@@ -159,4 +159,4 @@ def _validate(config: Config) -> None:
 
 register(Registration(NAME, _factory, names=lambda config: (NAME,), doc=__doc__ or "",
                       kinds=KINDS, alert=_alert, validate=_validate, reasons=REASONS,
-                      role="offload"))
+                      default_enabled=True, role="offload"))

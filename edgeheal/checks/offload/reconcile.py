@@ -23,7 +23,7 @@ from edgeheal.boundaries.kernel.ethtool import (
     Feature,
     FeatureSource,
     NoSuchInterface,
-    PermissionDenied,
+    NotPermitted,
     Unsupported,
 )
 from edgeheal.checks.offload.plan import (
@@ -116,7 +116,7 @@ def reconcile_interface(source: FeatureSource, ifname: str, wanted: tuple[str, .
                 return InterfaceReport(
                     it.ifname, tuple(FeatureResult(n, classify(before.get(n)), before.get(n))
                                      for n in wanted),
-                    error="permission_denied" if isinstance(err, PermissionDenied) else "error",
+                    error="permission_denied" if isinstance(err, NotPermitted) else "error",
                     message=str(err), ifindex=it.ifindex)
     except _Gone:
         log.debug("%s vanished while being reconciled", it.ifname,
