@@ -19,6 +19,7 @@ asked for in pages (:data:`LIST_LIMIT`) with the field and label selectors.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -33,9 +34,13 @@ ERROR_BODY_MAX = 64 * 1024
 WATCH_LINE_MAX = 1024 * 1024
 """The longest watch event (one JSON line), bytes; a longer one ends the watch with a
 :class:`KubeError` naming the cap."""
-LIST_LIMIT = 250
-"""Items asked for per list page (``limit``, then ``continue``)."""
-LIST_PAGES_MAX = 400
+LIST_LIMIT = 100
+"""Items asked for per list page (``limit``, then ``continue``): a page of real pods (10-20
+KiB each with their managed fields) stays well under :data:`BODY_MAX`, and decoding one
+takes a few milliseconds of the loop, not hundreds."""
+LIST_PAGES_MAX = 1000
+GC_PAUSE_FROM = 16 * 1024
+"""Bodies from this size are decoded with the cyclic collector held off (:func:`decode`)."""
 """Pages followed in one list before it is refused (a server that never stops sending a
 ``continue`` token, or 100,000 pods where this node has one)."""
 
@@ -97,7 +102,15 @@ def _too_big(what: str, thing: str, limit: int) -> KubeError:
 
 
 def decode(body: bytes, what: str, thing: str = "a body") -> Any:
-    """JSON from ``body``; anything that is not JSON is a :class:`KubeError`."""
+    """JSON from ``body``; anything that is not JSON is a :class:`KubeError`.
+
+    The cyclic garbage collector is held off while a large body is decoded: the decoder
+    makes thousands of containers, each counted towards a collection, and a full
+    collection of the agent's heap stalled the loop for 20-50 ms several times in a paged
+    list (the decoded objects are acyclic and freed by reference counting)."""
+    paused = len(body) >= GC_PAUSE_FROM and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
         return json.loads(body)
     except RecursionError:
@@ -105,6 +118,9 @@ def decode(body: bytes, what: str, thing: str = "a body") -> Any:
                         "read") from None
     except ValueError:  # also UnicodeDecodeError
         raise KubeError(f"{what}: the API answered with {thing} that is not JSON") from None
+    finally:
+        if paused:
+            gc.enable()
 
 
 def mapping(value: Any, what: str, field: str, *, optional: bool = True,

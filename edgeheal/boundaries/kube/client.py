@@ -265,11 +265,15 @@ class KubeClient:
         for _page in range(LIST_PAGES_MAX):
             data = await self.request("GET", f"/api/v1/namespaces/{namespace}/pods",
                                       what=what, params=params)
+            await asyncio.sleep(0)  # a page decoded: let the probes in before the next step
             for i, item in enumerate(items(data.get("items"), what, "items")):
-                pod = Pod.from_json(item, f"{what}: items[{i}]")
-                # The server filtered already; filter again so a lax server never widens it.
-                if pod.node == node:
-                    pods.append(pod)
+                # The server filtered already; filter again so a lax server never widens
+                # it, and read no further into another node's pod than its node name.
+                where = f"{what}: items[{i}]"
+                spec = mapping(mapping(item, where, "the pod", optional=False).get("spec"),
+                               where, "spec")
+                if text(spec.get("nodeName"), where, "spec.nodeName") == node:
+                    pods.append(Pod.from_json(item, where))
             meta = mapping(data.get("metadata"), what, "metadata")
             version = version or text(meta.get("resourceVersion"), what,
                                       "metadata.resourceVersion")
