@@ -299,9 +299,8 @@ class Remediator:
             except asyncio.CancelledError:
                 result = "interrupted"  # the agent is stopping: neither cured nor failed
                 raise
-            except TimeoutError:
-                self._emit(f"{self.KIND}.failed",
-                           f"restart did not finish within {self.restart_bound(mode):g}s",
+            except Exception as err:  # the bound struck, or a remedy's bug: never a crash loop
+                self._emit(f"{self.KIND}.failed", self._unfinished(err, mode),
                            {**detail, "result": "failed"}, correlation)
                 return
             target = outcome.target
@@ -334,6 +333,14 @@ class Remediator:
                 result=result, duration=duration, target=target)))
             log.info("remediation: restart %s after %.1fs (%s)", result, duration,
                      target or "no target")
+
+    def _unfinished(self, err: Exception, mode: str) -> str:
+        """What a restart that ended with ``err`` (not a RemedyError) says in its alert."""
+        if isinstance(err, TimeoutError):
+            return f"restart did not finish within {self.restart_bound(mode):g}s"
+        log.error("remediation: the %s remedy failed unexpectedly", mode, exc_info=err)
+        return (f"restart failed: unexpected {type(err).__name__} in the {mode} remedy (a "
+                "bug; see the log)")
 
     def restart_bound(self, mode: str | None = None) -> float:
         """An outer bound on one restart (a stuck remedy must not hang the actor): the

@@ -10,12 +10,19 @@ Both are best effort and never delay a decision: each call runs as a background 
 API error is logged, and a 403 (the optional RBAC rule is missing) turns that side off with
 one warning while the rest carries on. The Kubernetes client is the actor's shared one,
 made only when something is actually sent.
+
+The condition has one sender task at a time: it sends the latest wanted value, and after a
+failure waits (exponential from :data:`RETRY_MIN` to :data:`RETRY_MAX`, jittered into the
+upper half) before sending again; a value already sent is never sent again. Issue 27: a
+failing API had the condition re-sent on every evaluation, 36 requests in 12 s from one
+node. No background task dies silently: anything unexpected is logged with its traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -29,10 +36,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgeheal.remediation.reporting")  # the name operators grep for
 
 CONDITION_TYPE = "EdgeTunnelHealthy"
+RETRY_MIN = 2.0
+"""Seconds before the condition is sent again after a first failure (doubling after)."""
+RETRY_MAX = 120.0
+"""The longest wait between failed sends of the condition, seconds."""
 
 
 class NodeReporter:
-    def __init__(self, config: Config, kube: Callable[[], KubeClient]) -> None:
+    def __init__(self, config: Config, kube: Callable[[], KubeClient], *,
+                 retry_min: float = RETRY_MIN, retry_max: float = RETRY_MAX,
+                 rng: random.Random | None = None) -> None:
         self.node = config.node
         settings = config.kubernetes
         self.kube = kube
@@ -40,20 +53,32 @@ class NodeReporter:
         """Record Node Events (off without ``[kubernetes]``, by setting, or after a 403)."""
         self.condition = settings is not None and settings.node_condition
         """Keep the Node condition (off without ``[kubernetes]``, by setting, or after a 403)."""
-        self._last: bool | None = None
+        self._wanted: tuple[bool | None, str, str] | None = None
+        """The condition to have: (healthy, reason, message)."""
+        self._sent: bool | str | None = "nothing"
+        """The health last sent successfully ("nothing" before the first)."""
+        self._sender: asyncio.Task[None] | None = None
+        self.retry_min, self.retry_max = retry_min, retry_max
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not security
+        self.failures = 0
+        """Failed sends of the condition in a row."""
         self.background: set[asyncio.Task[None]] = set()
 
     def cancel(self) -> None:
         for task in list(self.background):
             task.cancel()
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+    def _spawn(self, coro: Awaitable[None], name: str) -> asyncio.Task[None]:
         async def run() -> None:
-            await coro
+            try:
+                await coro
+            except Exception:  # never "Task exception was never retrieved"
+                log.exception("%s failed unexpectedly", name)
 
         task = asyncio.get_running_loop().create_task(run(), name=name)
         self.background.add(task)
         task.add_done_callback(self.background.discard)
+        return task
 
     # --- Events ----------------------------------------------------------------------------
 
@@ -86,9 +111,8 @@ class NodeReporter:
                 view.wireguard in (None, State.UNKNOWN) or (
                     view.wireguard is State.OK and State.UNKNOWN in view.tunnel_mqtt.values())):
             healthy = None  # no evidence either way (starting, connecting, check error)
-        if healthy == self._last:
+        if self._wanted is not None and healthy == self._wanted[0]:
             return
-        self._last = healthy
         reason = "TunnelHealthy" if healthy else (
             "Tunnel" + "".join(p.title() for p in (view.failure() or view.wireguard_reason
                                                    or "unknown").split("_")))
@@ -96,19 +120,38 @@ class NodeReporter:
                    f" ({view.wireguard_reason or '-'}); tunnel-path MQTT: "
                    + (", ".join(f"{n}={s.value}" for n, s in view.tunnel_mqtt.items())
                       or "none"))
-        self._spawn(self._patch_condition(healthy, reason, message),
-                    "edgeheal.remediation.condition")
+        self._wanted = (healthy, reason, message)
+        if self._sender is None or self._sender.done():
+            self._sender = self._spawn(self._send_condition(),
+                                       "edgeheal.remediation.condition")
 
-    async def _patch_condition(self, healthy: bool | None, reason: str, message: str,
-                               ) -> None:
+    def retry_delay(self) -> float:
+        """Seconds before the next send after :attr:`failures` failures in a row."""
+        base = min(self.retry_max, self.retry_min * 2.0 ** max(0, self.failures - 1))
+        return base * self._rng.uniform(0.5, 1.0)
+
+    async def _send_condition(self) -> None:
+        """Send the wanted condition until it is sent, backing off between failures."""
         from edgeheal.boundaries.kube import KubeError, KubePermissionError
 
-        try:
-            await self.kube().set_node_condition(self.node, CONDITION_TYPE, healthy, reason,
-                                                 message)
-        except KubePermissionError as err:
-            log.warning("not keeping the %s Node condition: %s", CONDITION_TYPE, err)
-            self.condition = False
-        except KubeError as err:
-            self._last = None  # try again on the next evaluation that differs
-            log.warning("could not update the %s condition: %s", CONDITION_TYPE, err)
+        while self.condition and self._wanted is not None and self._wanted[0] != self._sent:
+            healthy, reason, message = self._wanted
+            try:
+                await self.kube().set_node_condition(self.node, CONDITION_TYPE, healthy,
+                                                     reason, message)
+            except KubePermissionError as err:
+                log.warning("not keeping the %s Node condition: %s", CONDITION_TYPE, err)
+                self.condition = False
+                return
+            except Exception as err:  # an API error, or a bug: retried later, never dead
+                self.failures += 1
+                delay = self.retry_delay()
+                if isinstance(err, KubeError):
+                    log.warning("could not update the %s condition: %s; again in %.0fs",
+                                CONDITION_TYPE, err, delay)
+                else:
+                    log.exception("could not update the %s condition; again in %.0fs",
+                                  CONDITION_TYPE, delay)
+                await asyncio.sleep(delay)
+            else:
+                self._sent, self.failures = healthy, 0

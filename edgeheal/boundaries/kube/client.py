@@ -34,6 +34,19 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from edgeheal.base.bare_import import skip_init
+from edgeheal.boundaries.kube.answers import (
+    BODY_MAX,
+    ERROR_BODY_MAX,
+    LIST_LIMIT,
+    LIST_PAGES_MAX,
+    KubeShapeError,
+    decode,
+    items,
+    mapping,
+    read_body,
+    read_lines,
+    text,
+)
 from edgeheal.boundaries.kube.credentials import current_token_check
 from edgeheal.boundaries.kube.errors import (
     KubeConflict,
@@ -41,6 +54,7 @@ from edgeheal.boundaries.kube.errors import (
     KubeNotFound,
     KubePermissionError,
     _permission,
+    _redact,
     _retry_after,
     _status_message,
     _transport_problem,
@@ -55,6 +69,9 @@ log = logging.getLogger("edgeheal.kube")  # the name operators grep for
 
 RETRY_AFTER_MAX = 30.0
 """Longest ``Retry-After`` honoured, seconds (a longer one is capped, not obeyed blindly)."""
+ATTEMPT_FACTOR = 3
+"""One attempt (connect, headers and the whole body) ends after this many
+``request_timeout``: a server dripping a body byte by byte cannot hold a call for ever."""
 BACKOFF_BASE = 0.2
 BACKOFF_MAX = 8.0
 EVENT_NAMESPACE = "default"
@@ -160,7 +177,8 @@ class KubeClient:
                       params: Mapping[str, str] | None = None,
                       body: Any = None, content_type: str = "application/json",
                       ) -> dict[str, Any]:
-        """One API call; ``what`` is ``(verb, resource, namespace)`` rendered for errors."""
+        """One API call; ``what`` is ``(verb, resource, namespace)`` rendered for errors.
+        The answer must be a JSON object of at most :data:`~.answers.BODY_MAX` bytes."""
         import httpx2
 
         http = self._client()
@@ -172,9 +190,11 @@ class KubeClient:
         attempt = 0
         while True:
             try:
-                resp = await http.request(method, path, params=dict(params or {}),
-                                          content=content, headers=headers)
-            except httpx2.TimeoutException:
+                async with asyncio.timeout(ATTEMPT_FACTOR * self.settings.request_timeout):
+                    code, reply, answer = await self._exchange(
+                        http, method, path, what, params=params, content=content,
+                        headers=headers)
+            except (httpx2.TimeoutException, TimeoutError):
                 problem: str = f"timed out after {self.settings.request_timeout:g}s"
                 status, retry_after = None, None
                 cause: Exception = KubeError(problem)
@@ -183,27 +203,27 @@ class KubeClient:
                 status, retry_after = None, None
                 cause = KubeError(problem)
             else:
-                if resp.status_code < 300:
-                    try:
-                        data = resp.json() if resp.content else {}
-                    except ValueError as err:
-                        raise KubeError(f"{what}: the API answered {resp.status_code} with "
-                                        "a body that is not JSON") from err
-                    return data if isinstance(data, dict) else {"items": data}
-                status = resp.status_code
-                message = _status_message(resp, self._secret())
-                if status in (401, 403):
-                    raise _permission(status, what, message, self.settings.kubeconfig)
-                if status == 404:
+                status = code
+                if code < 300:
+                    data = decode(answer, what, "a body") if answer.strip() else {}
+                    if not isinstance(data, dict):
+                        raise KubeShapeError(f"{what}: the API answered {code} with a "
+                                             "body that is not a JSON object")
+                    return data
+                message = _status_message(httpx2.Response(code, content=answer),
+                                          self._secret())
+                if code in (401, 403):
+                    raise _permission(code, what, message, self.settings.kubeconfig)
+                if code == 404:
                     raise KubeNotFound(f"{what}: not found ({message})", status=404)
-                if status == 409:
+                if code == 409:
                     raise KubeConflict(f"{what}: conflict ({message})", status=409)
-                if status != 429 and status < 500:
-                    raise KubeError(f"{what}: the API answered {status}: {message}",
-                                    status=status)
-                problem = f"the API answered {status}: {message}"
-                retry_after = _retry_after(resp) if status == 429 else None
-                cause = KubeError(problem, status=status)
+                if code != 429 and code < 500:
+                    raise KubeError(f"{what}: the API answered {code}: {message}",
+                                    status=code)
+                problem = f"the API answered {code}: {message}"
+                retry_after = _retry_after(reply) if code == 429 else None
+                cause = KubeError(problem, status=code)
             if attempt >= self.settings.retries:
                 raise KubeError(f"{what}: {problem} (gave up after {attempt + 1} attempts)",
                                 status=status) from cause
@@ -214,24 +234,61 @@ class KubeClient:
                      self.settings.retries, delay)
             await self._sleep(delay)
 
+    @staticmethod
+    async def _exchange(http: Any, method: str, path: str, what: str, *,
+                        params: Mapping[str, str] | None, content: bytes | None,
+                        headers: Mapping[str, str]) -> tuple[int, Any, bytes]:
+        """One attempt: (status, the response for its headers, the body read within the
+        cap; an error answer's only as far as its message needs)."""
+        async with http.stream(method, path, params=dict(params or {}), content=content,
+                               headers=dict(headers)) as resp:
+            failed = resp.status_code >= 300
+            answer = await read_body(resp.aiter_bytes(), what,
+                                     limit=ERROR_BODY_MAX if failed else BODY_MAX,
+                                     declared=resp.headers.get("Content-Length"),
+                                     truncate=failed)
+            return resp.status_code, resp, answer
+
     # --- pods ------------------------------------------------------------------------------
 
     async def list_pods(self, namespace: str, label_selector: str, node: str,
                         ) -> tuple[list[Pod], str]:
-        """This node's pods matching the selector, and the list's resourceVersion."""
-        data = await self.request(
-            "GET", f"/api/v1/namespaces/{namespace}/pods",
-            what=f"list pods in namespace {namespace}",
-            params={"labelSelector": label_selector, "fieldSelector": f"spec.nodeName={node}"})
-        pods = [Pod.from_json(item) for item in data.get("items") or ()]
-        # The server filtered already; filter again so a lax server can never widen it.
-        return ([p for p in pods if p.node == node],
-                str((data.get("metadata") or {}).get("resourceVersion", "")))
+        """This node's pods matching the selector, and the list's resourceVersion: asked
+        for with both selectors, in pages of :data:`~.answers.LIST_LIMIT` (a lax server
+        that ignores the selectors still cannot send one huge answer), at most
+        :data:`~.answers.LIST_PAGES_MAX` of them."""
+        what = f"list pods in namespace {namespace}"
+        params = {"labelSelector": label_selector, "fieldSelector": f"spec.nodeName={node}",
+                  "limit": str(LIST_LIMIT)}
+        pods: list[Pod] = []
+        version = ""
+        for _page in range(LIST_PAGES_MAX):
+            data = await self.request("GET", f"/api/v1/namespaces/{namespace}/pods",
+                                      what=what, params=params)
+            await asyncio.sleep(0)  # a page decoded: let the probes in before the next step
+            for i, item in enumerate(items(data.get("items"), what, "items")):
+                # The server filtered already; filter again so a lax server never widens
+                # it, and read no further into another node's pod than its node name.
+                where = f"{what}: items[{i}]"
+                spec = mapping(mapping(item, where, "the pod", optional=False).get("spec"),
+                               where, "spec")
+                if text(spec.get("nodeName"), where, "spec.nodeName") == node:
+                    pods.append(Pod.from_json(item, where))
+            meta = mapping(data.get("metadata"), what, "metadata")
+            version = version or text(meta.get("resourceVersion"), what,
+                                      "metadata.resourceVersion")
+            token = text(meta.get("continue"), what, "metadata.continue")
+            if not token:
+                return pods, version
+            params = {**params, "continue": token}
+        raise KubeError(f"{what}: the list did not end within {LIST_PAGES_MAX} pages of "
+                        f"{LIST_LIMIT}; refused (is the API server ignoring "
+                        "fieldSelector=spec.nodeName?)")
 
     async def get_pod(self, namespace: str, name: str) -> Pod:
         data = await self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}",
                                   what=f"get pods in namespace {namespace}")
-        return Pod.from_json(data)
+        return Pod.from_json(data, f"get pod {namespace}/{name}")
 
     async def delete_pod(self, pod: Pod, node: str) -> Pod:
         """Delete ``pod`` only if it is still this node's, with the same uid."""
@@ -251,7 +308,8 @@ class KubeClient:
             what=f"delete pods in namespace {pod.namespace}",
             body={"apiVersion": "v1", "kind": "DeleteOptions",
                   "preconditions": {"uid": pod.uid}})
-        return Pod.from_json(data) if data.get("kind") == "Pod" else current
+        return (Pod.from_json(data, f"delete pod {pod.ref}") if data.get("kind") == "Pod"
+                else current)
 
     async def watch_pods(self, namespace: str, label_selector: str, node: str,
                          resource_version: str, within: float,
@@ -273,27 +331,30 @@ class KubeClient:
                                    params=params, timeout=timeouts,
                                    headers={"Accept": "application/json"}) as resp:
                 if resp.status_code >= 300:
-                    await resp.aread()
-                    message = _status_message(resp, self._secret())
+                    answer = await read_body(resp.aiter_bytes(), what, limit=ERROR_BODY_MAX,
+                                             truncate=True)
+                    message = _status_message(httpx2.Response(resp.status_code,
+                                                              content=answer), self._secret())
                     if resp.status_code in (401, 403):
                         raise _permission(resp.status_code, what, message,
                                           self.settings.kubeconfig)
                     raise KubeError(f"{what}: the API answered {resp.status_code}: "
                                     f"{message}", status=resp.status_code)
-                async for line in resp.aiter_lines():
-                    if not line.strip():
-                        continue
-                    try:
-                        event = json.loads(line)
-                        kind, obj = str(event["type"]), event["object"]
-                    except (ValueError, KeyError, TypeError) as err:
-                        raise KubeError(f"{what}: a watch event is not valid JSON") from err
+                async for line in read_lines(resp.aiter_bytes(), what):
+                    event = mapping(decode(line, what, "a watch event"), what, "an event",
+                                    optional=False)
+                    kind = text(event.get("type"), what, "an event's type")
+                    obj = mapping(event.get("object"), what, "an event's object",
+                                  optional=False)
                     if kind == "ERROR":
-                        raise KubeError(f"{what}: {obj.get('message', 'watch error')}",
-                                        status=obj.get("code"))
+                        said = text(obj.get("message"), what, "the error's message")
+                        code = obj.get("code")
+                        raise KubeError(f"{what}: {_redact(said[:300], self._secret())}"
+                                        if said else f"{what}: watch error",
+                                        status=code if type(code) is int else None)
                     if kind == "BOOKMARK":
                         continue
-                    pod = Pod.from_json(obj)
+                    pod = Pod.from_json(obj, f"{what}: a {kind} event")
                     if pod.node == node:
                         yield kind, pod
         except httpx2.HTTPError as err:

@@ -81,11 +81,16 @@ def _status_message(resp: Any, secret: str = "") -> str:
     a header back."""
     try:
         data = resp.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the decoder
         text = (resp.text or "").strip()[:200] or str(resp.reason_phrase)
     else:
         text = (str(data["message"])[:300] if isinstance(data, dict) and data.get("message")
                 else str(resp.reason_phrase))
+    return _redact(text, secret)
+
+
+def _redact(text: str, secret: str = "") -> str:
+    """``text`` with our own token and anything shaped like a credential blanked."""
     if secret:
         text = text.replace(secret, "<redacted>")
     return _CREDENTIAL.sub(lambda m: f"{m.group(1)} <redacted>", text)
