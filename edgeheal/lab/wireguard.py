@@ -31,10 +31,15 @@ API (everything is recorded in a :class:`~edgeheal.lab.netns.Sandbox` and remove
 Topology: node *i* lives in its own namespace; every pair (i, j) is joined by its own
 veth pair on ``10.200.<pair>.0/24`` (i = .1, j = .2), so each node has one uplink per peer
 and faults can be aimed at one link. Each node runs ``wireguard-go -f <ifname>`` with a
-fresh key pair, listens on 51820, has overlay address ``10.201.0.<i+1>/24`` and "pod
-subnet" ``10.42.<i>.0/24`` (Flannel's layout), and has every other node as a peer with
-allowed IPs ``10.201.0.<j+1>/32`` and ``10.42.<j>.0/24`` and the given persistent
-keepalive. Interface names are unique per run (every wireguard-go socket lives in the
+fresh key pair, listens on 51820, and is addressed as Flannel's WireGuard backend addresses
+a node (flannel-io/flannel ``pkg/backend/wireguard``: ``Configure`` puts the lease's first
+address on the device as a /32 and routes the whole cluster network through it;
+``handleSubnetEvents`` gives each peer exactly its node's lease as allowed IPs): pod subnet
+(lease) ``10.42.<i>.0/24``, device address ``10.42.<i>.0/32`` (``overlay``), a route
+``10.42.0.0/16 dev <ifname>``, and every other node as a peer with allowed IPs exactly
+``10.42.<j>.0/24`` and the given persistent keepalive. :mod:`edgeheal.lab.kubeproxy` adds
+what kube-proxy adds (a ClusterIP DNATed to a pod address, the masquerade into the tunnel).
+Interface names are unique per run (every wireguard-go socket lives in the
 shared ``/var/run/wireguard/``); addresses may repeat across runs because every node is in
 a namespace of its own.
 
@@ -57,6 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeheal.lab.kubeproxy import CLUSTER_CIDR
 from edgeheal.lab.netns import LabError, Sandbox, require_programs, require_root, run, unique
 from edgeheal.lab.netns import stop_process as _stop
 
@@ -118,7 +124,7 @@ class WgMesh:
             private = run(["wg", "genkey"]).stdout.strip()
             public = run(["wg", "pubkey"], input=private + "\n").stdout.strip()
             node = WgNode(index=i, ns=ns, ifname=unique(f"w{i}"), public_key=public,
-                          private_key=private, overlay=f"10.201.0.{i + 1}",
+                          private_key=private, overlay=f"10.42.{i}.0",
                           pod_cidr=f"10.42.{i}.0/24")
             self.nodes.append(node)
         pair = 0
@@ -145,8 +151,10 @@ class WgMesh:
         for other in self.nodes:
             if other is not node:
                 self.add_peer(node, other)
-        run(["ip", "addr", "add", f"{node.overlay}/24", "dev", node.ifname], ns=node.ns)
+        run(["ip", "addr", "add", f"{node.overlay}/32", "dev", node.ifname], ns=node.ns)
         run(["ip", "link", "set", node.ifname, "up"], ns=node.ns)
+        run(["ip", "route", "replace", CLUSTER_CIDR, "dev", node.ifname, "scope", "link"],
+            ns=node.ns)
 
     # --- reading -------------------------------------------------------------------------
     def endpoint(self, node: WgNode, peer: WgNode) -> str:
@@ -181,7 +189,7 @@ class WgMesh:
     def add_peer(self, node: WgNode, peer: WgNode) -> None:
         run(["wg", "set", node.ifname, "peer", peer.public_key,
              "endpoint", self.endpoint(node, peer),
-             "allowed-ips", f"{peer.overlay}/32,{peer.pod_cidr}",
+             "allowed-ips", peer.pod_cidr,
              "persistent-keepalive", str(self.keepalive) if self.keepalive else "off"],
             ns=node.ns)
 

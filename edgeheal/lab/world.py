@@ -5,11 +5,12 @@ Topology (each box is a network namespace the lab creates and always removes)::
     edge i ──veth (uplink)── carrier i ──veth── cloud
     10.60.i.2            10.60.i.1 | 10.61.i.2   10.61.i.1
 
-- **cloud**: Mosquitto on all addresses (the tunnel path reaches it as the cluster address
-  ``10.43.0.20``, the direct path as ``10.61.i.1``), the test Kubernetes API
-  (:mod:`edgeheal.lab.kubeapi`, in the lab's own process, listening in this namespace), the
-  cloud end of every edge's WireGuard tunnel (wireguard-go, overlay ``10.201.0.1``), and an
-  alert subscriber (``mosquitto_sub``) recording everything under ``edgeheal/#``.
+- **cloud**: Mosquitto on all addresses: the broker pod's address ``10.42.0.17`` in the
+  cloud node's pod subnet ``10.42.0.0/24``, reached through the tunnel as the Service
+  ClusterIP ``10.43.0.20`` (below), and the direct path's ``10.61.i.1``; the test Kubernetes
+  API (:mod:`edgeheal.lab.kubeapi`, in the lab's own process, listening in this namespace),
+  the cloud end of every edge's WireGuard tunnel (wireguard-go), and an alert subscriber
+  (``mosquitto_sub``) recording everything under ``edgeheal/#``.
 - **carrier i**: routes between edge and cloud, and runs the faulty-NIC emulator
   (:mod:`edgeheal.lab.faultynic`) as the relay for the WireGuard port: while edge i's uplink
   has TX checksum offload on, its handshake packets reach the cloud with bad checksums.
@@ -17,6 +18,18 @@ Topology (each box is a network namespace the lab creates and always removes)::
   a stand-in Flannel that (re)creates it from the cluster's data whenever its pod is
   (re)created in the test API, a stand-in collector publishing through the tunnel, and the
   real agent (``edgeheal run``) with a real config file.
+
+What K3s does, the lab does (docs/lab.md reviews the differences that remain): cluster CIDR
+``10.42.0.0/16`` with one /24 lease per node (the cloud ``10.42.0.0/24``, edge i
+``10.42.<10+i>.0/24``), service CIDR ``10.43.0.0/16``. Every WireGuard device is set up as
+Flannel's WireGuard backend sets ``flannel-wg`` (flannel-io/flannel
+``pkg/backend/wireguard``: ``Configure`` puts the lease's first address on the device as a
+/32 and routes the cluster CIDR through it; ``handleSubnetEvents`` gives every peer exactly
+its node's lease as allowed IPs, never the service CIDR). On every edge
+:mod:`edgeheal.lab.kubeproxy` installs what kube-proxy and Flannel install: the ClusterIP
+DNATed to the broker pod in the nat table (``output`` for the host's own traffic,
+``prerouting`` for pods), and host traffic into the tunnel masqueraded to the device's
+address. No interface holds the ClusterIP and no route leads to it but the default one.
 
 Lab code: it runs ``ip``, ``nft``, ``wg``, ``ethtool`` and ``wireguard-go``; the agent never
 does. Names are unique per run; :meth:`World.close` removes everything, also after Ctrl-C.
@@ -35,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeheal.lab import nsutil
+from edgeheal.lab import kubeproxy, nsutil
+from edgeheal.lab.kubeproxy import CLUSTER_CIDR, SERVICE_CIDR
 from edgeheal.lab.mosquitto import Mosquitto
 from edgeheal.lab.netns import (
     LabError,
@@ -50,8 +64,13 @@ from edgeheal.lab.netns import (
 log = logging.getLogger(__name__)
 
 WG_PORT = 51820
-CLOUD_OVERLAY = "10.201.0.1"
+CLOUD_POD_CIDR = "10.42.0.0/24"
+CLOUD_OVERLAY = "10.42.0.0"
+"""The cloud's tunnel address: its lease's first address, as Flannel sets it."""
 BROKER_CLUSTER_IP = "10.43.0.20"
+"""The broker Service's ClusterIP (virtual: only kube-proxy's DNAT knows it)."""
+BROKER_POD_IP = "10.42.0.17"
+"""The broker pod's address in the cloud's pod subnet (kube-proxy's endpoint)."""
 AGENT_PORT = 9917
 KEEPALIVE = 5
 """Persistent keepalive in the lab, seconds. Shorter than the field's 20-25 s so scenarios
@@ -60,8 +79,8 @@ FIELD_KEEPALIVE = 25
 """Flannel's WireGuard persistent keepalive on K3s: the field's K (``edgeheal lab --field``)."""
 FLANNEL_NS = "kube-flannel"
 AGENT_USER = "system:serviceaccount:kube-flannel:edgeheal"
-CLUSTER_RANGES = ("10.42.0.0/16", "10.43.0.0/16", "10.201.0.0/24")
-"""Pod, service and overlay ranges: only the tunnel carries them (the carrier refuses)."""
+CLUSTER_RANGES = (CLUSTER_CIDR, SERVICE_CIDR)
+"""Pod and service ranges: only the tunnel carries them (the carrier refuses)."""
 PROGRAMS = ("ip", "nft", "wg", "wireguard-go", "ethtool", "mosquitto", "mosquitto_sub",
             "mosquitto_passwd")
 
@@ -164,7 +183,7 @@ class World:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.cloud = self.sandbox.netns("c")
         run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=self.cloud)
-        run(["ip", "addr", "add", f"{BROKER_CLUSTER_IP}/32", "dev", "lo"], ns=self.cloud)
+        run(["ip", "addr", "add", f"{BROKER_POD_IP}/32", "dev", "lo"], ns=self.cloud)
         self.cloud_private, self.cloud_public = keypair()
         self.cloud_wg = unique("wc")
         for i in range(self.edge_count):
@@ -173,6 +192,7 @@ class World:
         self._start_broker()
         await self._start_kube()
         for edge in self.edges:
+            self._start_kube_proxy(edge)
             self._start_relay(edge)
             self._build_device(edge)  # what Flannel does when its pod first starts
             self._start_collector(edge)
@@ -190,7 +210,7 @@ class World:
         private, public = keypair()
         edge = Edge(index=i, name=f"edge-{i}", ns=ns, carrier=carrier, uplink=unique("u"),
                     wg_ifname=unique("wg"), private_key=private, public_key=public,
-                    overlay=f"10.201.0.{10 + i}", pod_cidr=f"10.42.{10 + i}.0/24",
+                    overlay=f"10.42.{10 + i}.0", pod_cidr=f"10.42.{10 + i}.0/24",
                     workdir=workdir)
         self.sandbox.veth(ns, carrier, addr_a=f"{edge.edge_ip}/24",
                           addr_b=f"{edge.carrier_edge_ip}/24", name_a=edge.uplink)
@@ -222,10 +242,12 @@ class World:
         # each drops the other's response, in lockstep, every 5 s: seen with wireguard-go.)
         for edge in self.edges:
             run(["wg", "set", self.cloud_wg, "peer", edge.public_key, "allowed-ips",
-                 f"{edge.overlay}/32,{edge.pod_cidr}", "persistent-keepalive",
+                 edge.pod_cidr, "persistent-keepalive",
                  str(self.keepalive)], ns=self.cloud)
-        run(["ip", "addr", "add", f"{CLOUD_OVERLAY}/24", "dev", self.cloud_wg], ns=self.cloud)
+        run(["ip", "addr", "add", f"{CLOUD_OVERLAY}/32", "dev", self.cloud_wg], ns=self.cloud)
         run(["ip", "link", "set", self.cloud_wg, "up"], ns=self.cloud)
+        run(["ip", "route", "replace", CLUSTER_CIDR, "dev", self.cloud_wg, "scope", "link"],
+            ns=self.cloud)
 
     def _start_broker(self) -> None:
         self.broker = Mosquitto(self.sandbox, self.workdir, ns=self.cloud, host="0.0.0.0")
@@ -252,6 +274,12 @@ class World:
             self.kube.write_kubeconfig(edge.workdir / "kubeconfig", creds)
             _retarget_kubeconfig(edge.workdir / "kubeconfig", edge.cloud_ip, self.kube_port)
             edge.flannel_pod_uid = self.kube.pod_on(FLANNEL_NS, edge.name)["metadata"]["uid"]
+
+    def _start_kube_proxy(self, edge: Edge) -> None:
+        """kube-proxy's Service rules and Flannel's masquerade on ``edge``."""
+        kubeproxy.install(self.sandbox, edge.ns, [
+            kubeproxy.Service(BROKER_CLUSTER_IP, self.mqtt_port, BROKER_POD_IP)],
+            tunnel=edge.wg_ifname)
 
     def _start_relay(self, edge: Edge) -> None:
         edge.relay = self.sandbox.spawn(
@@ -283,20 +311,19 @@ class World:
         for other in self.edges:  # the full mesh: every other edge is a peer too
             if other is not edge:
                 run(["wg", "set", edge.wg_ifname, "peer", other.public_key, "endpoint",
-                     f"{other.edge_ip}:{WG_PORT}", "allowed-ips",
-                     f"{other.overlay}/32,{other.pod_cidr}", "persistent-keepalive",
+                     f"{other.edge_ip}:{WG_PORT}", "allowed-ips", other.pod_cidr,
+                     "persistent-keepalive",
                      str(self.keepalive)], ns=edge.ns)
-        run(["ip", "addr", "add", f"{edge.overlay}/24", "dev", edge.wg_ifname], ns=edge.ns)
+        run(["ip", "addr", "add", f"{edge.overlay}/32", "dev", edge.wg_ifname], ns=edge.ns)
         run(["ip", "link", "set", edge.wg_ifname, "up"], ns=edge.ns)
-        for cidr in ("10.42.0.0/24", "10.43.0.0/16",
-                     *(o.pod_cidr for o in self.edges if o is not edge)):
-            run(["ip", "route", "replace", cidr, "dev", edge.wg_ifname], ns=edge.ns)
+        run(["ip", "route", "replace", CLUSTER_CIDR, "dev", edge.wg_ifname, "scope", "link"],
+            ns=edge.ns)
         edge.device_builds += 1
 
     def add_cloud_peer(self, edge: Edge) -> None:
         run(["wg", "set", edge.wg_ifname, "peer", self.cloud_public, "endpoint",
-             f"{edge.carrier_edge_ip}:{WG_PORT}", "allowed-ips",
-             f"{CLOUD_OVERLAY}/32,10.42.0.0/24,10.43.0.0/16", "persistent-keepalive",
+             f"{edge.carrier_edge_ip}:{WG_PORT}", "allowed-ips", CLOUD_POD_CIDR,
+             "persistent-keepalive",
              str(self.keepalive)], ns=edge.ns)
 
     def remove_cloud_peer(self, edge: Edge) -> None:

@@ -108,3 +108,48 @@ async def test_a_tunnel_target_routed_through_the_tunnel_is_ok() -> None:
     (found,) = await wireguard.routes(cfg, await wireguard.observe(cfg, node.system()),
                                       node.system())
     assert (found.result, found.found) == (Result.OK, "broker-tunnel: 10.42.1.20 via flannel-wg")
+
+
+CLUSTER_IP_CONFIG = TUNNEL_CONFIG.replace('"10.42.1.20"', '"10.43.0.20"\nport = 1883')
+
+
+def clusterip_node(*translated: str) -> tuple[object, list[tuple[str, int | None]]]:
+    """A node whose kube-proxy DNATs 10.43.0.20:1883 to ``translated`` (conntrack)."""
+    from edgeheal.boundaries.kernel.conntrack import Translation
+
+    node = edge()
+    node.routes["10.43.0.20"] = Route("wwan0", source="100.64.0.2")  # the default route
+    asked: list[tuple[str, int | None]] = []
+
+    async def conntrack(address: str, port: int | None) -> list[Translation]:
+        asked.append((address, port))
+        return [Translation(t, 1883, "established") for t in translated]
+
+    return node.system(conntrack=conntrack), asked
+
+
+async def test_a_clusterip_target_passes_through_kube_proxys_dnat() -> None:
+    system, asked = clusterip_node("10.42.1.20")
+    cfg = config(CLUSTER_IP_CONFIG)
+    tunnel = await wireguard.observe(cfg, system)
+    (found,) = await wireguard.routes(cfg, tunnel, system)
+    assert found.result is Result.OK, found.found
+    assert "10.43.0.20 -> 10.42.1.20 (kube-proxy's DNAT, conntrack) via flannel-wg" in found.found
+    assert asked == [("10.43.0.20", 1883)]
+    assert tunnel.watched["flannel-wg"] == {CLOUD}  # the peer that carries the pod
+
+
+async def test_a_clusterip_without_a_translation_yet_is_a_warning_not_a_failure() -> None:
+    system, _ = clusterip_node()
+    cfg = config(CLUSTER_IP_CONFIG)
+    (found,) = await wireguard.routes(cfg, await wireguard.observe(cfg, system), system)
+    assert found.result is Result.WARN
+    assert "conntrack shows no translation yet" in found.found
+
+
+async def test_a_clusterip_dnated_to_a_pod_no_tunnel_routes_fails() -> None:
+    system, _ = clusterip_node("10.42.9.9")  # no route recorded: unreachable
+    cfg = config(CLUSTER_IP_CONFIG)
+    (found,) = await wireguard.routes(cfg, await wireguard.observe(cfg, system), system)
+    assert found.result is Result.FAIL
+    assert "10.42.9.9" in found.found

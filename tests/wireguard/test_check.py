@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from edgeheal import checks
 from edgeheal.boundaries import wg
+from edgeheal.boundaries.kernel.conntrack import Translation
 from edgeheal.boundaries.wg.egress import Diagnosis
 from edgeheal.checks import wireguard as wgcheck
 from edgeheal.model import CheckStatus, State
@@ -58,11 +59,16 @@ class FakeReader:
         return got
 
 
+async def untranslated(address: str, port: int | None) -> list[Translation]:
+    """conntrack after the probe connected: the target's own address, not translated."""
+    return [Translation(address, port, "time_wait")]
+
+
 def make(toml: str = TOML) -> tuple[wgcheck.WireguardCheck, FakeReader, Clock,
                                     CollectorRegistry]:
     clock, reader, registry = Clock(), FakeReader(), CollectorRegistry()
     check = wgcheck.WireguardCheck(context(toml, clock=clock, registry=registry).ctx,
-                                   reader=reader)
+                                   reader=reader, conntrack=untranslated)
     registry.register(check)
     return check, reader, clock, registry
 
@@ -334,7 +340,8 @@ def with_egress(toml: str = TOML, cause: str = "no_route") -> tuple[
     clock, reader, egress = Clock(), FakeReader(), FakeEgress(cause)
     hastened: list[str] = []
     ctx = replace(context(toml, clock=clock).ctx, hasten=hastened.append)
-    check = wgcheck.WireguardCheck(ctx, reader=reader, egress=egress)  # type: ignore[arg-type]
+    check = wgcheck.WireguardCheck(ctx, reader=reader, egress=egress,  # type: ignore[arg-type]
+                                   conntrack=untranslated)
     return check, reader, clock, egress, hastened
 
 

@@ -93,6 +93,7 @@ REASONS: Mapping[str, State] = {
     # the devices as a whole (the check)
     "interface_missing": State.FAILED,
     "no_peers": State.FAILED,
+    "target_unresolved": State.UNKNOWN,
     "permission_denied": State.UNKNOWN,
     "read_error": State.UNKNOWN,
 }

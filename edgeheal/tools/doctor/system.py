@@ -330,6 +330,12 @@ async def _read_device(ifname: str) -> DeviceStats:
     return await read_device(ifname)
 
 
+async def _conntrack(address: str, port: int | None) -> list[Any]:
+    from edgeheal.boundaries.kernel.conntrack import destinations
+
+    return await destinations(address, port)
+
+
 async def _resolve(host: str) -> list[str]:
     try:
         return [str(ipaddress.ip_address(host.split("%", maxsplit=1)[0]))]
@@ -371,6 +377,8 @@ class System:
     links: Callable[[], Awaitable[dict[str, NodeLink]]] = links
     route: Callable[[str], Awaitable[Route]] = route
     resolve: Callable[[str], Awaitable[list[str]]] = _resolve
+    conntrack: Callable[[str, int | None], Awaitable[list[Any]]] = _conntrack
+    """kube-proxy's translations of a destination (edgeheal.boundaries.kernel.conntrack)."""
     echo: Callable[[str, int, float], Awaitable[str]] = echo
     mqtt_probe: Callable[[MqttTarget, str, float], Awaitable[ProbeResult]] = _probe
     kube: Callable[[KubernetesSettings], KubeClient] = _kube

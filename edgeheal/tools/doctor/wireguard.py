@@ -5,17 +5,21 @@ route through the tunnel?
 The devices are read once (:func:`observe`, the same readers the agent uses: the UAPI
 socket or generic netlink, never ``wg``) and shared with the MTU checks. The watched peers
 are chosen exactly as the ``wireguard`` check chooses them (``watch_peers``; ``auto``:
-cryptokey routing of the tunnel-path MQTT targets).
+cryptokey routing of the tunnel-path MQTT targets, a Service ClusterIP followed through
+kube-proxy's DNAT in conntrack: :class:`edgeheal.checks.wireguard.Targets`), and the route
+check follows the same translation: a ClusterIP passes when the pod address kube-proxy
+sends it to leaves through a tunnel device.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeheal.boundaries.wg.readings import WireGuardError, fingerprint
-from edgeheal.checks.wireguard import listed_peers, route_peers
+from edgeheal.checks.wireguard import Targets, listed_peers, route_peers
 from edgeheal.tools.doctor.finding import Finding, fail, ok, skip, warn
 
 if TYPE_CHECKING:
@@ -45,6 +49,8 @@ class Tunnel:
     unresolved: dict[str, str] = field(default_factory=dict)
     watched: dict[str, set[str]] = field(default_factory=dict)
     """Interface -> public keys of its watched peers."""
+    translated: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Tunnel target host -> how the check places it (``detail.targets`` of the check)."""
 
     def watched_peers(self) -> list[tuple[str, PeerStats]]:
         return [(name, p) for name, dev in self.devices.items() for p in dev.peers
@@ -63,6 +69,8 @@ async def observe(config: Config, system: System) -> Tunnel:
                 tunnel.unresolved[target.name] = f"{target.host} does not resolve: {err}"
     if not settings.enabled:
         return tunnel
+    targets = Targets(config, time.monotonic, resolve=system.resolve,
+                      conntrack=system.conntrack)
     for name in settings.interfaces:
         if name not in tunnel.links:
             tunnel.missing.append(name)
@@ -82,6 +90,15 @@ async def observe(config: Config, system: System) -> Tunnel:
                      for found in tunnel.targets.values() for a in found]
             tunnel.watched[name] = (route_peers(device, addrs) if addrs
                                     else {p.public_key for p in device.peers})
+    if tunnel.devices and any(t.path == "tunnel" for t in config.mqtt.targets):
+        choice = await targets.choose(list(tunnel.devices.values()))
+        if choice is not None:
+            tunnel.translated = choice.targets
+            if not isinstance(settings.watch_peers, tuple):
+                for name, keys in choice.watched.items():
+                    tunnel.watched[name] = keys or (
+                        {p.public_key for p in tunnel.devices[name].peers}
+                        if choice.unresolved else set())
     return tunnel
 
 
@@ -191,22 +208,45 @@ async def routes(config: Config, tunnel: Tunnel, system: System) -> list[Finding
                               "fix the name or give the broker's cluster address",
                               target=target.name))
             continue
-        bad, good = [], []
+        bad: list[str] = []
+        good: list[str] = []
+        unknown: list[str] = []
+        placed = tunnel.translated.get(target.host, {})
+        via = [str(v) for v in placed.get("via", [])]
         for address in tunnel.targets.get(target.name, []):
             where = await system.route(address)
             if where.ifname in tunnels:
                 good.append(f"{address} via {where.ifname}")
+                continue
+            if via:  # a ClusterIP: where kube-proxy's DNAT sends it decides
+                for pod in via:
+                    hop = await system.route(pod)
+                    (good if hop.ifname in tunnels else bad).append(
+                        f"{address} -> {pod} (kube-proxy's DNAT, conntrack) via "
+                        f"{hop.ifname or 'no route'}")
+                continue
+            if "unresolved" in placed.get("how", []):
+                unknown.append(f"{address} via {where.ifname or 'no route'}")
             else:
                 bad.append(f"{address} via {where.ifname}" if where.ifname
                            else f"{address}: no route ({where.error})")
-        if bad:
+        if unknown and not bad:
+            found.append(warn(
+                name, f"{target.name}: {'; '.join(unknown)}: no peer's allowed IPs hold it "
+                "and conntrack shows no translation yet (a Service ClusterIP is translated "
+                "only once something connects to it)",
+                "run `edgeheal doctor` again once the agent's probe or a collector has "
+                "connected (the agent follows the translation by itself), or check that "
+                "kube-proxy serves this ClusterIP: `kubectl get endpointslices -A`",
+                target=target.name, routes=unknown + good))
+        elif bad:
             found.append(fail(
                 name, f"{target.name}: {'; '.join(bad)}, not through "
                 f"{'/'.join(config.wireguard.interfaces)}: its probe tests the direct path",
-                "give the broker's address that Flannel routes through the tunnel (its pod "
-                "IP or a cluster address with a route via the tunnel device; a Service "
-                "ClusterIP only reaches the tunnel after kube-proxy translates it), or set "
-                "path = \"direct\" for this target", target=target.name, routes=bad + good))
+                "give the broker's Service ClusterIP (followed through kube-proxy's DNAT), "
+                "its cluster DNS name if this node resolves it, a pod address, or an "
+                "address a peer's allowed IPs hold; or set path = \"direct\" for this "
+                "target", target=target.name, routes=bad + good))
         else:
             found.append(ok(name, f"{target.name}: {'; '.join(good)}", target=target.name))
     return found

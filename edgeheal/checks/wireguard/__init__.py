@@ -32,7 +32,14 @@ Reasons (closed table; each maps to exactly one state)::
     never_connected    failed    no handshake ever, connect_grace after the peer appeared
     connecting         unknown   no handshake yet, still within connect_grace
     interface_missing  failed    none of the configured interfaces exists
-    no_peers           failed    no watched peer is configured on the device(s)
+    no_peers           failed    no watched peer is configured on the device(s): no peer
+                                 carries the tunnel-path target's address (after following
+                                 kube-proxy's DNAT) any more, or conntrack shows it sent
+                                 untranslated to an address no peer holds
+    target_unresolved  unknown   no peer's allowed IPs hold the tunnel-path target and
+                                 conntrack knows no translation for it yet (a ClusterIP
+                                 before its first connection, or conntrack unreadable):
+                                 every peer is watched meanwhile, nothing restarts Flannel
     permission_denied  unknown   the reader lacks the privilege (CAP_NET_ADMIN / root)
     read_error         unknown   a device answered something unparseable, or not in time
 
@@ -69,12 +76,8 @@ the peers' reasons into one result, log lines and metrics.
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import logging
-import socket
-from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
@@ -94,118 +97,30 @@ from edgeheal.boundaries.wg.readings import (
     PermissionDenied,
     WireGuardError,
     endpoint_address,
-    is_public_key,
 )
+from edgeheal.checks.wireguard.collector import PeerView, collect
+from edgeheal.checks.wireguard.episodes import HASTEN_EVERY, HASTEN_MAX, HASTEN_VERDICTS, Episodes
+from edgeheal.checks.wireguard.peers import Conntrack, Targets, listed_peers, route_peers
+from edgeheal.checks.wireguard.verdict import validate, verdict
 from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from edgeheal.config import CheckSettings, Config, WireguardSettings
+    from edgeheal.config import CheckSettings, WireguardSettings
 
 log = logging.getLogger(__name__)
 
 NAME = "wireguard"
-HASTEN_EVERY = 5.0
-"""Seconds between two requests to run the tunnel-path MQTT targets while a watched peer
-stays suspect."""
-HASTEN_MAX = 6
-"""Requests per suspicion episode (the first included): 30 s of quick confirmations, then
-the targets' own intervals (and their own re-probing while they fail) take over."""
 LEARN_RETRY = 10.0
 """Seconds before the route lookup for an endpoint whose source address is still unknown
 is tried again (the first found no route, as when the agent starts before the modem's
 data session, or failed): without the source a later address loss reads as ``no_route``."""
 UPLINK_GONE = frozenset({"no_address", "no_route", "link_down"})
 """Egress causes that make a busy tunnel's sudden silence a suspicion (``uplink_gone``)."""
-HASTEN_VERDICTS = frozenset({"no_peers", "interface_missing", "dead", "stalled",
-                             "send_failing", "never_connected"})
-"""Failed verdicts that ask for the tunnel-path MQTT targets at once, like a suspicion:
-the tunnel cannot carry them, so readiness should not wait for the probes' own interval."""
-
-
-# --- which peers matter -----------------------------------------------------------------
-
-def _networks(cidrs: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    nets = []
-    for cidr in cidrs:
-        try:
-            nets.append(ipaddress.ip_network(cidr, strict=False))
-        except ValueError:
-            log.debug("ignoring unparseable allowed IP %r", cidr)
-    return nets
-
-
-def route_peers(device: DeviceStats,
-                addresses: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]) -> set[str]:
-    """Public keys of the peers WireGuard would send ``addresses`` to (longest prefix
-    match over all peers' allowed IPs: cryptokey routing)."""
-    tables = [(p.public_key, _networks(p.allowed_ips)) for p in device.peers]
-    chosen = set()
-    for addr in addresses:
-        best: tuple[int, str] | None = None
-        for key, nets in tables:
-            for net in nets:
-                if addr.version == net.version and addr in net and (
-                        best is None or net.prefixlen > best[0]):
-                    best = (net.prefixlen, key)
-        if best is not None:
-            chosen.add(best[1])
-    return chosen
-
-
-def listed_peers(device: DeviceStats, entries: Iterable[str]) -> set[str]:
-    """Public keys of peers named by key, or whose endpoint address is in a listed CIDR."""
-    keys = {e for e in entries if is_public_key(e)}
-    nets = _networks(e for e in entries if e not in keys)
-    chosen = set()
-    for peer in device.peers:
-        ip = endpoint_address(peer.endpoint)
-        if peer.public_key in keys or (ip is not None and any(
-                ip.version == n.version and ip in n for n in nets)):
-            chosen.add(peer.public_key)
-    return chosen
 
 
 # --- the check --------------------------------------------------------------------------
-
-@dataclass(frozen=True, slots=True)
-class PeerView:
-    """One peer's row in ``detail`` and in the metrics."""
-
-    interface: str
-    peer: str
-    endpoint: str | None
-    allowed_ips: tuple[str, ...]
-    handshake_age: float | None
-    rx_bytes: int
-    tx_bytes: int
-    keepalive: int
-    watched: bool
-    reason: str
-    message: str
-    suspicion: tuple[str, str] | None = None
-    send_failure: dict[str, Any] | None = None
-
-    @property
-    def state(self) -> State:
-        return REASONS[self.reason]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "interface": self.interface, "peer": self.peer, "endpoint": self.endpoint,
-            "allowed_ips": list(self.allowed_ips),
-            "handshake_age_seconds": (None if self.handshake_age is None
-                                      else round(self.handshake_age, 1)),
-            "rx_bytes": self.rx_bytes, "tx_bytes": self.tx_bytes,
-            "persistent_keepalive": self.keepalive, "watched": self.watched,
-            "reason": self.reason, "state": self.state.value, "message": self.message,
-            "suspect": self.suspicion is not None,
-            "suspicion": None if self.suspicion is None else {
-                "signal": self.suspicion[0], "message": self.suspicion[1]},
-            **({"send_failure": self.send_failure} if self.send_failure is not None else {}),
-        }
-
 
 Reader = Callable[[str], Any]
 """``async (ifname) -> DeviceStats`` raising :class:`edgeheal.boundaries.wg.WireGuardError`."""
@@ -219,19 +134,16 @@ class WireguardCheck:
     def __init__(self, ctx: Context, *, reader: Reader | None = None,
                  wall: Callable[[], float] | None = None,
                  resolve: Callable[[str], Awaitable[list[str]]] | None = None,
-                 egress: Egress | None = None) -> None:
+                 egress: Egress | None = None, conntrack: Conntrack | None = None) -> None:
         self.ctx = ctx
         self._egress = egress or Egress()
         self._sources: dict[tuple[str, str], tuple[str | None, str | None, float]] = {}
         """(interface, peer) -> (endpoint, the source address the kernel chose for it, when
         asked), learned once per endpoint (retried while unknown): the evidence for
         ``no_address`` later."""
-        self._suspect_since: float | None = None
-        self._hastened: tuple[float, int] = (0.0, 0)
-        self._verdict = False
-        self._was_failed = False
+        self._episodes = Episodes(self._hasten_tunnel)
         self._uplink: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
-        self._resolve = resolve or _resolve
+        self._targets = Targets(ctx.config, ctx.clock, resolve=resolve, conntrack=conntrack)
         self.settings: CheckSettings = ctx.config.wireguard
         self._settings: WireguardSettings = ctx.config.wireguard
         self._reader = reader
@@ -239,7 +151,6 @@ class WireguardCheck:
         self._wall = wall or (lambda: ctx.wall().timestamp())
         self._history: dict[tuple[str, str], PeerHistory] = {}
         self._views: tuple[PeerView, ...] = ()
-        self._resolved: tuple[float, list[Any]] | None = None
         self._reasons: dict[tuple[str, str], str] = {}
 
     # metrics ---------------------------------------------------------------------------
@@ -247,36 +158,7 @@ class WireguardCheck:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import (  # only on scrape
-            CounterMetricFamily,
-            GaugeMetricFamily,
-        )
-
-        labels = ["interface", "peer", "watched"]
-        age = GaugeMetricFamily(
-            "edgeheal_wireguard_handshake_age_seconds",
-            "Seconds since the peer's latest handshake (monotonic; absent: never).", labels=labels)
-        rx = CounterMetricFamily("edgeheal_wireguard_receive_bytes",
-                                 "Bytes received from the peer, as the device counts them.",
-                                 labels=labels)
-        tx = CounterMetricFamily("edgeheal_wireguard_transmit_bytes",
-                                 "Bytes sent to the peer, as the device counts them.",
-                                 labels=labels)
-        st = GaugeMetricFamily("edgeheal_wireguard_peer_state",
-                               "1 for the peer's current state, 0 for the others.",
-                               labels=[*labels, "state"])
-        every = self.ctx.config.metrics.all_peers
-        for v in self._views:
-            if not (v.watched or every):
-                continue  # the rest of Flannel's mesh: in /status, not in the metrics
-            key = [v.interface, v.peer, "true" if v.watched else "false"]
-            if v.handshake_age is not None:
-                age.add_metric(key, v.handshake_age)
-            rx.add_metric(key, float(v.rx_bytes))
-            tx.add_metric(key, float(v.tx_bytes))
-            for state in State:
-                st.add_metric([*key, state.value], 1.0 if v.state is state else 0.0)
-        yield from (age, rx, tx, st)
+        yield from collect(self._views, all_peers=self.ctx.config.metrics.all_peers)
 
     # observing -------------------------------------------------------------------------
     async def _read(self, ifname: str) -> DeviceStats:
@@ -287,39 +169,21 @@ class WireguardCheck:
 
         return await read_device(ifname)
 
-    async def _target_addresses(self) -> list[Any] | None:
-        """Addresses of the tunnel-path MQTT targets; None when there are none."""
-        hosts = [t.host for t in self.ctx.config.mqtt.targets if t.path == "tunnel"]
-        if not hosts:
-            return None
-        now = self.ctx.clock()
-        if self._resolved is not None and now - self._resolved[0] < 60.0:
-            return self._resolved[1]
-        addrs: list[Any] = []
-        for host in hosts:
-            try:
-                addrs.append(ipaddress.ip_address(host))
-                continue
-            except ValueError:
-                pass
-            try:
-                found = await self._resolve(host)
-            except OSError as err:
-                log.warning("cannot resolve tunnel target %s: %s", host, err,
-                            extra={"check": NAME})
-                continue
-            addrs.extend(ipaddress.ip_address(a.split("%")[0]) for a in found)
-        self._resolved = (now, addrs)
-        return addrs
-
-    async def _watched(self, device: DeviceStats) -> set[str]:
+    async def _watched(self, devices: list[DeviceStats]) -> tuple[dict[str, set[str]],
+                                                                 list[str], dict[str, Any]]:
+        """Interface -> watched peers; why a target's peer cannot be found (empty: it
+        can); ``detail.targets``."""
         spec = self._settings.watch_peers
         if isinstance(spec, tuple):
-            return listed_peers(device, spec)
-        addrs = await self._target_addresses()
-        if not addrs:  # no tunnel-path target, or none resolvable (logged): all peers
-            return {p.public_key for p in device.peers}
-        return route_peers(device, addrs)
+            return {d.interface: listed_peers(d, spec) for d in devices}, [], {}
+        choice = await self._targets.choose(devices)
+        every = {d.interface: {p.public_key for p in d.peers} for d in devices}
+        if choice is None:  # no tunnel-path target, or none resolvable (logged): all peers
+            return every, [], {}
+        if not any(choice.watched.values()) and choice.unresolved:
+            # never no_peers (which restarts Flannel) for a peer not found: watch them all
+            return every, [e.message for e in choice.unresolved], choice.targets
+        return choice.watched, [], choice.targets
 
     async def run(self) -> CheckResult:
         now, wall = self.ctx.clock(), self._wall()
@@ -340,8 +204,9 @@ class WireguardCheck:
 
         views: list[PeerView] = []
         seen: set[tuple[str, str]] = set()
+        chosen, unresolved, targets = await self._watched(devices)
         for device in devices:
-            watched = await self._watched(device)
+            watched = chosen.get(device.interface, set())
             for peer in device.peers:
                 key = (device.interface, peer.public_key)
                 seen.add(key)
@@ -373,21 +238,18 @@ class WireguardCheck:
             self._sources.pop(key, None)
             self._uplink.pop(key, None)
         self._views = tuple(views)
-        result = self._result(devices, views, problems, missing)
+        result = verdict(self.ctx.config, devices, views, problems=problems,
+                         missing=missing, unresolved=unresolved, targets=targets)
         doubts = [f"peer {v.peer} on {v.interface} is suspect ({v.suspicion[1]})"
                   for v in views if v.watched and v.suspicion is not None]
         if result.state is State.FAILED and result.reason in HASTEN_VERDICTS:
             doubts.insert(0, f"the tunnel is {result.reason}")
-        self._confirm(doubts, now, verdict=result.reason in HASTEN_VERDICTS)
-        failed = result.state is State.FAILED and result.reason in HASTEN_VERDICTS
-        if self._was_failed and result.state is State.OK:
-            # Back from a failed verdict (a repair, a Flannel restart): confirm over the
-            # tunnel path now, so readiness and the remediator's verification follow at
-            # once rather than at the probes' next interval. One request per recovery.
-            log.info("the tunnel is back: confirming over the tunnel path",
-                     extra={"check": NAME})
-            self._hasten_tunnel()
-        self._was_failed = failed or (self._was_failed and result.state is not State.OK)
+        if result.reason == "target_unresolved":  # the probe's connection shows the DNAT
+            doubts.insert(0, "the tunnel-path target's peer is not known yet")
+        self._episodes.confirm(doubts, now, verdict=result.reason in HASTEN_VERDICTS)
+        self._episodes.settle(
+            failed=result.state is State.FAILED and result.reason in HASTEN_VERDICTS,
+            ok=result.state is State.OK)
         return result
 
     def _hasten_tunnel(self) -> None:
@@ -431,25 +293,6 @@ class WireguardCheck:
             source=known[1] if known is not None and known[0] == endpoint else None)
         return {"cause": found.cause, "message": found.message, **found.detail}
 
-    def _confirm(self, doubts: list[str], now: float, *, verdict: bool) -> None:
-        """Ask for the tunnel-path MQTT targets now while a watched peer is suspect or the
-        tunnel has failed (bounded: see :data:`HASTEN_EVERY`, :data:`HASTEN_MAX`). A failed
-        verdict that follows a suspicion starts a new episode: it is stronger evidence."""
-        if not doubts:
-            if self._suspect_since is not None:
-                log.debug("suspicion over", extra={"check": NAME})
-            self._suspect_since, self._hastened, self._verdict = None, (0.0, 0), False
-            return
-        last, count = self._hastened
-        if self._suspect_since is None or (verdict and not self._verdict):
-            self._suspect_since, self._verdict = now, verdict
-            last, count = now, 0
-            log.info("%s: confirming over the tunnel path", doubts[0], extra={"check": NAME})
-        elif count >= HASTEN_MAX or now - last < HASTEN_EVERY:
-            return
-        self._hasten_tunnel()
-        self._hastened = (now, count + 1)
-
     def _log_change(self, key: tuple[str, str], view: PeerView) -> None:
         """One log line when a peer's reason changes (a new healthy peer: debug only)."""
         previous = self._reasons.get(key)
@@ -463,62 +306,6 @@ class WireguardCheck:
         log.log(level, "peer %s on %s: %s (%s)", view.peer, view.interface, view.reason,
                 view.message,
                 extra={"check": NAME, "interface": view.interface, "peer": view.peer})
-
-    def _result(self, devices: list[DeviceStats], views: list[PeerView],
-                problems: dict[str, tuple[str, str]], missing: list[str]) -> CheckResult:
-        detail: dict[str, Any] = {
-            "interfaces": {d.interface: {"reader": d.reader, "listen_port": d.listen_port,
-                                         "peers": len(d.peers)} for d in devices},
-            "missing": missing,
-            "errors": {i: msg for i, (_, msg) in problems.items()},
-            "watch_peers": ("auto" if self._settings.watch_peers == "auto"
-                            else list(self._settings.watch_peers)),
-            "peers": [v.to_json() for v in views],
-            "suspect": any(v.watched and v.suspicion is not None for v in views),
-            "suspicion": [f"peer {v.peer} on {v.interface}: {v.suspicion[1]}" for v in views
-                          if v.watched and v.suspicion is not None],
-        }
-        if not devices:
-            if problems:
-                reason, _ = max(problems.values(), key=lambda p: p[0] == "permission_denied")
-                text = "; ".join(msg for _, msg in problems.values())
-                return CheckResult(REASONS[reason], reason, text, detail)
-            return CheckResult(State.FAILED, "interface_missing",
-                               "none of the WireGuard interfaces exists: "
-                               + ", ".join(self._settings.interfaces), detail)
-        watched = [v for v in views if v.watched]
-        candidates: list[tuple[State, str, str]] = [
-            (REASONS[r], r, m) for r, m in problems.values()]
-        if not watched:
-            names = ", ".join(d.interface for d in devices)
-            tunnel = [t.host for t in self.ctx.config.mqtt.targets if t.path == "tunnel"]
-            if self._settings.watch_peers == "auto" and tunnel:
-                text = (f"no peer on {names} routes the tunnel-path MQTT target(s) "
-                        f"{', '.join(tunnel)}")
-            else:
-                text = f"no watched peer is configured on {names}"
-            candidates.append((State.FAILED, "no_peers",
-                               f"{text} ({len(views)} other peer(s))"))
-        for v in watched:
-            where = f"peer {v.peer} ({v.endpoint or 'no endpoint'}) on {v.interface}"
-            candidates.append((v.state, v.reason, f"{where}: {v.message}"))
-        worst = max(candidates, key=lambda c: c[0].rank)
-        if worst[0] is State.OK:
-            n = len(watched)
-            return CheckResult(State.OK, "ok", f"{n} watched peer(s) handshaking "
-                               f"({len(views) - n} other(s))", detail)
-        bad = [c for c in candidates if c[0] is worst[0]]
-        extra = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-        if worst[1] == "send_failing":
-            # The policy's evidence: why the worst watched peer's sends fail.
-            first = next(v for v in watched if v.reason == "send_failing")
-            detail["cause"] = (first.send_failure or {}).get("cause", "unknown")
-        return CheckResult(worst[0], worst[1], worst[2] + extra, detail)
-
-
-async def _resolve(host: str) -> list[str]:
-    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
 
 
 def factory(ctx: Context) -> list[checks.Check]:
@@ -562,48 +349,14 @@ def _alert(status: CheckStatus) -> tuple[str, str]:
     return "check.failed", "check.recovered"
 
 
-def _validate(config: Config) -> None:
-    """``[wireguard]``: interface names, the peers to watch, and threshold order."""
-    from edgeheal.config import ConfigError, format_duration
-
-    wg = config.wireguard
-    if isinstance(wg.watch_peers, str) and wg.watch_peers != "auto":
-        raise ConfigError("wireguard.watch_peers",
-                          "expected \"auto\" or a list of public keys and/or CIDRs")
-    for i, name in enumerate(wg.interfaces):
-        if not name or len(name) > 15 or "/" in name or any(c.isspace() for c in name):
-            raise ConfigError(f"wireguard.interfaces[{i}]", f"not an interface name: {name!r}")
-    if isinstance(wg.watch_peers, tuple):
-        if not wg.watch_peers:
-            raise ConfigError("wireguard.watch_peers",
-                              "an empty list watches nothing; use \"auto\" or name peers")
-        for i, entry in enumerate(wg.watch_peers):
-            if is_public_key(entry):
-                continue
-            try:
-                ipaddress.ip_network(entry, strict=False)
-            except ValueError:
-                raise ConfigError(f"wireguard.watch_peers[{i}]",
-                                  f"expected a base64 public key (44 characters) or an "
-                                  f"endpoint CIDR, got {entry!r}") from None
-    for key in ("rekey_failing_after", "dead_after", "rx_stall_after", "send_fail_after",
-                "connect_grace"):
-        value = getattr(wg, key)
-        if isinstance(value, float) and value <= 0:
-            raise ConfigError(f"wireguard.{key}", "must be greater than zero")
-    if (isinstance(wg.rekey_failing_after, float) and isinstance(wg.dead_after, float)
-            and wg.rekey_failing_after >= wg.dead_after):
-        raise ConfigError("wireguard.rekey_failing_after",
-                          f"must be less than dead_after ({format_duration(wg.dead_after)})")
-
-
 checks.register(checks.Registration(
     NAME, factory, names=lambda config: (NAME,) if config.wireguard.interfaces else (),
-    doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=_validate,
+    doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=validate,
     reasons=tuple(REASONS), default_enabled=True, role="tunnel", reason_states=REASONS,
     vocabulary={"send_failing": frozenset({"send_failing"}),
                 "uplink_causes": UPLINK_CAUSES}))
 
-__all__ = ["HASTEN_VERDICTS", "KINDS", "NAME", "PeerView", "WireguardCheck", "listed_peers",
+__all__ = ["HASTEN_EVERY", "HASTEN_MAX", "HASTEN_VERDICTS", "KINDS", "NAME", "PeerView",
+           "Targets", "WireguardCheck", "listed_peers",
            "route_peers"]
 
