@@ -266,7 +266,8 @@ class WireguardCheck:
                                "1 for the peer's current state, 0 for the others.",
                                labels=[*labels, "state"])
         every = self.ctx.config.metrics.all_peers
-        for v in self._views:
+        views = self._views  # on the render thread: the tuple run() replaces whole, read once
+        for v in views:
             if not (v.watched or every):
                 continue  # the rest of Flannel's mesh: in /status, not in the metrics
             key = [v.interface, v.peer, "true" if v.watched else "false"]
