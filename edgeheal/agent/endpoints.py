@@ -2,14 +2,21 @@
 
 No handler ever awaits a check or touches the network: each one renders the current
 immutable :class:`~edgeheal.model.Snapshot`, so a kubelet's probe is answered in
-microseconds even while a check waits out its timeout. The server is read-only; operator
-commands go through the root-only control socket (:mod:`edgeheal.boundaries.control_socket`).
+microseconds even while a check waits out its timeout, at any size of node. The server is
+read-only; operator commands go through the root-only control socket.
 
 - ``/livez``: 200 while the supervisor ticks. Never depends on the network: a liveness
   probe that does would restart healthy pods during every outage.
 - ``/readyz``: 200 when every ``required`` check has completed a run and is ok/degraded.
 - ``/probe/{check}``: 200 for ok/degraded, 503 for failed/unknown (or no run yet).
 - ``/status``: the whole snapshot as JSON. ``/metrics``: Prometheus text.
+
+``/status`` and ``/metrics`` grow with the checks' detail (5,000 WireGuard peers: 1.7 MB,
+3.4 MB taking a second to render), so they are rendered on one thread off the loop
+(:mod:`edgeheal.base.render`): ``/metrics`` once for every scraper within ``SCRAPE_TTL``
+(:mod:`edgeheal.boundaries.prometheus`), the checks of ``/status`` once per snapshot; at
+most :data:`MAX_HEAVY` are served at once (until sent, :data:`WRITE_TIMEOUT` at most; a
+slot is awaited :data:`HEAVY_WAIT`, then 503): a scrape flood costs the probes nothing.
 
 The JSON shapes are in ``schemas/`` (JSON Schema) and the tests validate real responses.
 
@@ -34,17 +41,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import resource
 import socket
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from edgeheal import __version__
-from edgeheal.boundaries.aiohttp_light import HttpProcessingError, web
-from edgeheal.config import split_hostport
+from edgeheal.base.render import Renderer
+from edgeheal.boundaries.aiohttp_light import HttpProcessingError, Site, web
+from edgeheal.boundaries.aiohttp_light import bind as bind  # noqa: PLC0414 - re-exported
+from edgeheal.boundaries.prometheus import Scrape
 from edgeheal.model import CheckStatus, Snapshot
 
 if TYPE_CHECKING:
@@ -60,8 +70,13 @@ MAX_CONNECTIONS = 256
 """Open connections at most (kubelets, Prometheus and operators need a handful)."""
 RESERVED_FDS = 256
 """File descriptors never given to HTTP connections: the checks, the outbox, netlink."""
-BACKLOG = 64
-"""The listen queue of each socket (also how many connections one accept round takes)."""
+MAX_HEAVY = 4
+"""``/metrics`` and ``/status`` requests served at once (rendering or sending)."""
+HEAVY_WAIT = 5.0
+"""Seconds a ``/metrics`` or ``/status`` request waits for a slot before a 503."""
+WRITE_TIMEOUT = 10.0
+"""Seconds a ``/metrics`` or ``/status`` body may take to send (then the connection is
+closed: a client that does not read must not hold a slot)."""
 
 
 class Source(Protocol):
@@ -90,10 +105,13 @@ class Source(Protocol):
 
 
 AGENT: web.AppKey[Source] = web.AppKey("agent")
+RENDER: web.AppKey[Renderer] = web.AppKey("render")
+SCRAPE: web.AppKey[Scrape] = web.AppKey("scrape")
+SLOTS: web.AppKey[asyncio.Semaphore] = web.AppKey("slots")
 
 
-def status_document(agent: Source) -> dict[str, Any]:
-    snap = agent.snapshot
+def status_document(agent: Source, snap: Snapshot | None = None) -> dict[str, Any]:
+    snap = agent.snapshot if snap is None else snap
     extras = {**snap.extras, **agent.views()}
     remediation = dict(extras.pop("remediation", {}) or {})
     actions = remediation.pop("actions", [])
@@ -143,20 +161,61 @@ async def probe(request: web.Request) -> web.Response:
     return web.json_response(status.to_json(), status=200 if ok else 503)
 
 
+async def _status_body(request: web.Request) -> web.Response:
+    """``json.dumps(status_document(agent))``: the checks encoded on the render thread once
+    per snapshot (immutable), the rest (the actors' views, asked now) on the loop."""
+    agent = request.app[AGENT]
+    snap = agent.snapshot
+    checks = await request.app[RENDER].render(("status", snap.version), lambda: json.dumps(
+        {name: s.to_json() for name, s in snap.checks.items()}))
+    doc = status_document(agent, snap)
+    text = ", ".join(f"{json.dumps(k)}: {checks if k == 'checks' else json.dumps(v)}"
+                     for k, v in doc.items())
+    return web.Response(text="{" + text + "}", content_type="application/json")
+
+
+async def _metrics_body(request: web.Request) -> web.Response:
+    body = await request.app[SCRAPE].body()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _heavy(request: web.Request,
+                 make: Callable[[web.Request], Awaitable[web.Response]]) -> web.Response:
+    """Serve a render-sized response in one of :data:`MAX_HEAVY` slots, sent before the
+    slot is given back."""
+    slots = request.app[SLOTS]
+    try:
+        await asyncio.wait_for(slots.acquire(), HEAVY_WAIT)
+    except TimeoutError:
+        return web.json_response({"error": "busy: too many /metrics and /status requests"},
+                                 status=503, headers={"Retry-After": "1"})
+    try:
+        response = await make(request)
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                await response.prepare(request)
+                await response.write_eof()
+        except TimeoutError:  # aiohttp takes the closed connection for the client leaving
+            if request.transport is not None:
+                request.transport.abort()
+        return response
+    finally:
+        slots.release()
+
+
 async def status(request: web.Request) -> web.Response:
-    return web.json_response(status_document(request.app[AGENT]))
+    return await _heavy(request, _status_body)
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[AGENT].registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return await _heavy(request, _metrics_body)
 
 
 def connection_cap(soft_limit: int | None = None) -> int:
     """How many connections may be open at once under the ``RLIMIT_NOFILE`` soft limit.
 
     Half of what :data:`RESERVED_FDS` leaves, because a burst of connects can be accepted
-    (one :data:`BACKLOG` per socket and round) before the oldest ones are closed."""
+    (one listen backlog per socket and round) before the oldest ones are closed."""
     if soft_limit is None:
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft_limit == resource.RLIM_INFINITY:
@@ -275,62 +334,21 @@ GUARD: web.AppKey[_Guard] = web.AppKey("guard")
 def make_app(agent: Source) -> web.Application:
     app = web.Application(middlewares=[_mark_served], client_max_size=4096)
     app[AGENT] = agent
+    app[RENDER] = renderer = Renderer()
+    app[SCRAPE] = scrape = Scrape(agent.registry, renderer)
+    app[SLOTS] = asyncio.Semaphore(MAX_HEAVY)
+
+    async def stop_rendering(_app: web.Application) -> None:
+        scrape.close()
+        renderer.close()
+
+    app.on_cleanup.append(stop_rendering)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/probe/{check}", probe)
     app.router.add_get("/status", status)
     app.router.add_get("/metrics", metrics)
     return app
-
-
-def bind(listen: Iterable[str]) -> list[socket.socket]:
-    """Listening sockets for every ``[http] listen`` address, bound now (before the agent
-    touches its state, so a port in use fails the start early); OSError names the address.
-    IPv6 sockets are v6-only, as asyncio makes them."""
-    sockets: list[socket.socket] = []
-    try:
-        for addr in listen:
-            host, port = split_hostport(addr)
-            try:
-                infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                           flags=socket.AI_PASSIVE)
-                for family, kind, proto, _, sockaddr in dict.fromkeys(infos):
-                    sock = socket.socket(family, kind, proto)
-                    sockets.append(sock)
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                    if family == socket.AF_INET6:
-                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                    sock.bind(sockaddr)
-                    sock.listen(BACKLOG)
-                    sock.setblocking(False)
-            except OSError as err:
-                raise OSError(err.errno, f"cannot listen on {addr}: "
-                              f"{err.strerror or err}") from err
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
-    return sockets
-
-
-class _Site(web.BaseSite):
-    """One listening socket; new connections are admitted by the :class:`_Guard`."""
-
-    def __init__(self, runner: web.AppRunner, sock: socket.socket, guard: _Guard) -> None:
-        super().__init__(runner, backlog=BACKLOG)
-        self.sock, self.guard = sock, guard
-        host, port = sock.getsockname()[:2]
-        self._name = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    async def start(self) -> None:
-        await super().start()
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.guard.admit, sock=self.sock,
-                                                backlog=self._backlog)
 
 
 async def start(agent: Source, listen: Iterable[str | socket.socket]) -> web.AppRunner:
@@ -364,7 +382,7 @@ async def start(agent: Source, listen: Iterable[str | socket.socket]) -> web.App
         sockets = bind([a for a in items if isinstance(a, str)])
         sockets += [a for a in items if isinstance(a, socket.socket)]
         for sock in sockets:
-            await _Site(runner, sock, guard).start()
+            await Site(runner, sock, guard.admit).start()
     except BaseException:
         await runner.cleanup()
         raise
@@ -373,7 +391,7 @@ async def start(agent: Source, listen: Iterable[str | socket.socket]) -> web.App
 
 def bound_ports(runner: web.AppRunner) -> list[int]:
     """The ports actually bound (``:0`` in tests picks a free one)."""
-    return [site.sock.getsockname()[1] for site in runner.sites if isinstance(site, _Site)]
+    return [site.sock.getsockname()[1] for site in runner.sites if isinstance(site, Site)]
 
 
 async def stop(runner: web.AppRunner) -> None:

@@ -14,10 +14,17 @@ The agent's own resources (:class:`SelfCollector`) are read at scrape time from
 unit's ``MemoryHigh=``/``MemoryMax=``, so a leak or a descriptor flood shows on a graph long
 before the box suffers. prometheus-client's ``process_*`` family stays too, but it needs
 ``/proc/stat``, which the unit's ``ProcSubset=pid`` hides: under systemd it is empty.
+
+**Collectors run on the render thread** (:class:`Scrape`, :mod:`edgeheal.base.render`),
+while the event loop keeps changing what they read. A collector therefore reads state that
+is replaced whole (an immutable tuple or snapshot, taken once into a local) or copies a
+mutable container in one step (``dict(values)``, ``sorted(d.items())``: one C call, which
+the loop cannot interleave), never iterates a live dict or list in a Python loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import resource
@@ -29,12 +36,14 @@ from prometheus_client import (
     Histogram,
     Info,
     disable_created_metrics,
+    generate_latest,
 )
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from edgeheal import __version__
+from edgeheal.base.render import Renderer
 from edgeheal.model import CheckStatus, State
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -123,7 +132,8 @@ class CounterFamily(Collector):
     Why not prometheus-client's ``Counter``: each of its label sets is an object with its
     own lock (about 600 bytes), and every known label set is created at 0 up front (alert
     kinds, remediation outcomes, run results), which is many; here a series is a dict
-    entry. The same ``labels(...).inc(n)`` calls; everything runs on the event loop."""
+    entry. The same ``labels(...).inc(n)`` calls, on the event loop; :meth:`collect` (on the
+    render thread) copies the values first."""
 
     def __init__(self, name: str, documentation: str, labelnames: Iterable[str],
                  registry: CollectorRegistry | None = None) -> None:
@@ -144,7 +154,7 @@ class CounterFamily(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for key, value in self.values.items():
+        for key, value in dict(self.values).items():  # one step: the loop adds series
             family.add_metric(key, value)
         yield family
 
@@ -231,3 +241,47 @@ class AgentMetrics:
         self.checks.current[check] = (status.state, status.reason)
         self.duration.labels(check=check).observe(duration)
         self.runs.labels(check=check, result=outcome).inc()
+
+
+SCRAPE_TTL = 1.0
+"""Seconds a rendered ``/metrics`` body is served again to the scrapers that follow (at
+least as long as the render took, so renders occupy at most half the time whatever the
+number of scrapers). Prometheus scrapes every 15 s or more: nobody sees the difference."""
+
+
+class Scrape:
+    """The ``/metrics`` body, rendered off the loop: on :class:`Renderer`'s thread, one
+    render at a time, shared by every scraper that asks while it runs or within
+    :data:`SCRAPE_TTL` after (then dropped, so a 5,000-peer body is not kept between
+    scrapes). Byte for byte what ``generate_latest(registry)`` returns."""
+
+    def __init__(self, registry: CollectorRegistry, renderer: Renderer) -> None:
+        self.registry, self.renderer = registry, renderer
+        self._body: bytes | None = None
+        self._fresh_until = 0.0
+        self._drop: asyncio.TimerHandle | None = None
+
+    async def body(self) -> bytes:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        if self._body is not None and began < self._fresh_until:
+            return self._body
+        body = await self.renderer.render("metrics", self._render)
+        done = loop.time()
+        if done >= self._fresh_until:  # the first of the callers sharing this render
+            self._body, self._fresh_until = body, done + max(SCRAPE_TTL, done - began)
+            if self._drop is not None:
+                self._drop.cancel()
+            self._drop = loop.call_at(self._fresh_until, self._forget)
+        return body
+
+    def _render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def _forget(self) -> None:
+        self._body, self._drop = None, None
+
+    def close(self) -> None:
+        if self._drop is not None:
+            self._drop.cancel()
+        self._forget()

@@ -158,7 +158,8 @@ class WireguardCheck:
         return []
 
     def collect(self) -> Iterator[Metric]:
-        yield from collect(self._views, all_peers=self.ctx.config.metrics.all_peers)
+        yield from collect(self._views,  # read once: run() replaces the tuple whole
+                           all_peers=self.ctx.config.metrics.all_peers)
 
     # observing -------------------------------------------------------------------------
     async def _read(self, ifname: str) -> DeviceStats:

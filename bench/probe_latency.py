@@ -1,0 +1,191 @@
+"""/readyz latency idle and under load: the probes never wait (issue 27).
+
+    python bench/probe_latency.py --out FILE.json [--probes N] [--peers N]
+
+One real agent in this process (its HTTP server, supervisor, alert engine and outbox on a
+state directory of its own; no network check), a required check that runs every second
+(the lab's cadence), and a ``mesh`` check whose detail and Prometheus series are those of
+the real WireGuard check over ``--peers`` fake peers (``[metrics] all_peers = true``).
+``/readyz`` is asked every 20 ms from this process's loop (the agent's own: a stalled loop
+shows in full), ``--probes`` times per load:
+
+- ``idle``: nothing else.
+- ``scrape``: four threads of another process fetch ``/metrics`` back to back, and one
+  ``/status`` (5,000 peers: 3.4 MB and 1.7 MB).
+- ``fsync``: every fsync of the outbox and the history takes 2 s (simulated where the
+  agent calls it, as in ``tests/hardening/test_slow_disk_probes.py``); an alert is raised
+  and the history saved every 0.5 s.
+
+The probe path has no setting: the shipped defaults and the lab's tuning differ only in
+check cadences, which this does not exercise. Figures: p50, p99 and max in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import labkit
+
+from edgeheal import config
+from edgeheal.agent import endpoints as http
+from edgeheal.agent.alerts.outbox import Outbox
+from edgeheal.agent.remediation.history import Store, Timeline
+from edgeheal.agent.supervisor import Agent
+from edgeheal.boundaries import wg
+from edgeheal.checks import wireguard as wgcheck
+from edgeheal.config import CheckSettings
+from edgeheal.core.safeguards import History
+from edgeheal.model import CheckResult, State
+from tests.hardening.test_scrape_flood_probes import SCRAPERS
+from tests.support import Clock, context
+
+FSYNC = 2.0
+
+
+class Check:
+    def __init__(self, name: str, settings: CheckSettings, result: CheckResult) -> None:
+        self.name, self.settings, self.result = name, settings, result
+
+    async def run(self) -> CheckResult:
+        return self.result
+
+
+async def mesh(peers: int) -> tuple[wgcheck.WireguardCheck, CheckResult]:
+    clock = Clock()
+    harness = context('[wireguard]\ninterfaces = ["flannel-wg"]\n'
+                      '[metrics]\nall_peers = true\n', clock=clock)
+    hs = clock.wall().timestamp() - 30.0
+    device = wg.DeviceStats("flannel-wg", 51820, tuple(
+        wg.PeerStats(public_key=base64.b64encode(i.to_bytes(32, "big")).decode(),
+                     endpoint=f"198.51.{i // 250}.{i % 250}:51820",
+                     allowed_ips=(f"10.{i // 250}.{i % 250}.0/24",), last_handshake=hs,
+                     rx_bytes=1000, tx_bytes=2000, persistent_keepalive=0)
+        for i in range(peers)), reader="uapi")
+
+    async def reader(ifname: str) -> wg.DeviceStats:
+        return device
+
+    check = wgcheck.WireguardCheck(harness.ctx, reader=reader)
+    return check, await check.run()
+
+
+async def probe(session: Any, url: str, count: int) -> list[float]:
+    took = []
+    for _ in range(count):
+        began = time.perf_counter()
+        async with session.get(url) as resp:
+            await resp.read()
+            assert resp.status == 200, resp.status
+        took.append((time.perf_counter() - began) * 1000)
+        await asyncio.sleep(0.02)
+    return took
+
+
+def figures(took: list[float]) -> dict[str, Any]:
+    return {"n": len(took), "p50_ms": round(labkit.percentile(took, 50) or 0, 2),
+            "p99_ms": round(labkit.percentile(took, 99) or 0, 2),
+            "max_ms": round(max(took), 2)}
+
+
+async def measure(workdir: Path, probes: int, peers: int) -> dict[str, Any]:
+    import aiohttp
+
+    collector, result = await mesh(peers)
+    cfg = config.loads(f'[agent]\nstate_dir = "{workdir}/state"\nnode_name = "edge-test"\n'
+                       '[http]\nlisten = ["127.0.0.1:0"]\n')
+    agent = Agent(cfg, checks=[
+        Check("fast", CheckSettings(interval=1.0, required=True), CheckResult(State.OK, "ok")),
+        Check("mesh", CheckSettings(interval=1.0, required=False), result)])
+    task = asyncio.create_task(agent.run())
+    out: dict[str, Any] = {"peers": peers, "loadavg_start": labkit.loadavg()}
+    try:
+        async with asyncio.timeout(30):
+            while not agent.snapshot.ready:
+                await agent.changed(agent.snapshot.version, 0.05)
+        agent.registry.register(collector)
+        assert agent.http_runner is not None
+        port = http.bound_ports(agent.http_runner)[0]
+        url = f"http://127.0.0.1:{port}/readyz"
+        async with aiohttp.ClientSession() as session:
+            gc.collect()
+            out["idle"] = figures(await probe(session, url, probes))
+            window = probes * 0.03 + 2
+            scrapers = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", SCRAPERS, str(port), str(window), str(peers),
+                stdout=asyncio.subprocess.PIPE)
+            try:
+                out["scrape"] = figures(await probe(session, url, probes))
+                done, _ = await scrapers.communicate()
+                out["scrape"]["scrapes"] = done.decode().strip()
+            finally:
+                if scrapers.returncode is None:
+                    scrapers.kill()
+                    await scrapers.wait()
+            out["scrape"]["renders"] = agent.http_runner.app[http.RENDER].renders
+            out["fsync"] = figures(await slow_disk(agent, workdir, session, url, probes))
+    finally:
+        agent.stop_event.set()
+        async with asyncio.timeout(10):
+            await task
+    out["loadavg_end"] = labkit.loadavg()
+    return out
+
+
+async def slow_disk(agent: Agent, workdir: Path, session: Any, url: str,
+                    probes: int) -> list[float]:
+    real_fsync, real_add = os.fsync, Outbox.add
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        time.sleep(FSYNC)
+
+    def add(self: Outbox, *args: Any) -> int:
+        dropped: int = real_add(self, *args)
+        time.sleep(FSYNC)
+        return dropped
+
+    os.fsync = fsync  # type: ignore[assignment]
+    Outbox.add = add  # type: ignore[method-assign]
+    store = Store(workdir / "state", Timeline(boot_id="bench", offset=0.0))
+    stop = asyncio.Event()
+
+    async def write() -> None:
+        n = 0
+        while not stop.is_set():
+            agent.alerts.raise_alert("agent.test", f"queued on a slow disk {n}")
+            store.save(History(failures_in_row=n % 3))
+            n += 1
+            await asyncio.sleep(0.5)
+
+    writer = asyncio.create_task(write())
+    try:
+        return await probe(session, url, probes)
+    finally:
+        stop.set()
+        await writer
+        os.fsync, Outbox.add = real_fsync, real_add  # type: ignore[method-assign]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--probes", type=int, default=300)
+    parser.add_argument("--peers", type=int, default=5000)
+    args = parser.parse_args()
+    return labkit.run_bench("probes", lambda w: measure(w, args.probes, args.peers),
+                            args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
