@@ -296,9 +296,6 @@ class Remediator:
                            {**detail, "result": result}, correlation)
                 log.error("remediation: restart failed (%s): %s", result, err)
                 return
-            except asyncio.CancelledError:
-                result = "interrupted"  # the agent is stopping: neither cured nor failed
-                raise
             except TimeoutError:
                 self._emit(f"{self.KIND}.failed",
                            f"restart did not finish within {self.restart_bound(mode):g}s",
@@ -324,6 +321,11 @@ class Remediator:
                            f"restarted {target}, but {self.SUBJECT} did not recover within "
                            f"{self.settings.verify_timeout:g}s",
                            {**detail, "target": target, "result": result}, correlation)
+        except asyncio.CancelledError:
+            # the agent is stopping, during the restart or while verifying it: neither
+            # cured nor failed
+            result = "interrupted"
+            raise
         finally:
             duration = self.clock() - began
             self.busy = None
