@@ -201,9 +201,13 @@ async def test_a_corrupt_history_is_moved_aside_not_fatal(tmp_path: Path) -> Non
     state = tmp_path / "state"
     state.mkdir()
     (state / "remediation-history.json").write_text("{broken")
-    rem = remediator(World(config, Clock()), {"pod": ScriptedRemedy()})
+    world = World(config, Clock())
+    rem = remediator(world, {"pod": ScriptedRemedy()})
     assert rem.history.records == ()
-    assert (state / "remediation-history.corrupt").exists()
+    assert [p.read_text() for p in state.glob("remediation-history.json.corrupt-*")] == [
+        "{broken"]
+    assert world.kinds() == ["agent.state_reset"]
+    assert world.events[0].detail["file"] == "remediation-history.json"
 
 
 async def test_auto_picks_the_usable_remedy_and_says_why(tmp_path: Path) -> None:

@@ -102,6 +102,10 @@ class Remediator:
                             Timeline(boot_id=boot or boot_id(),
                                      offset=boot_clock() - self.clock()), name=self.HISTORY)
         self.history = self._store.load()
+        if self._store.reset is not None:  # a damaged history must be said, not just logged
+            reset = self._store.reset
+            self._emit("agent.state_reset", f"state file {reset.file} was unusable "
+                       f"({reset.reason}); started afresh", reset.detail())
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
