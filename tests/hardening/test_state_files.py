@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,9 +42,9 @@ def _outbox_with(state: Path, *, rows: tuple[object, ...] = (), problems: str = 
     db.executescript(LOOSE_SCHEMA)
     for i, payload in enumerate(rows):
         db.execute("INSERT INTO outbox (id, kind, raised, payload) VALUES (?, ?, ?, ?)",
-                   (f"bad-{i}", "agent.test", 1.0, payload))
+                   (f"bad-{i}", "agent.test", time.time(), payload))
     db.execute("INSERT INTO outbox (id, kind, raised, payload) VALUES "
-               "('good', 'agent.test', 1.0, X'7b7d')")
+               "('good', 'agent.test', ?, X'7b7d')", (time.time(),))  # not pruned for age
     if problems:
         db.execute("INSERT INTO meta (key, value) VALUES ('problems', ?)", (problems,))
     db.commit()
