@@ -12,18 +12,19 @@ Whatever bytes arrive, the caller gets one reply line: a request that is not one
 object with a string ``command`` gets ``bad request: ...``, a handler that fails in an
 unexpected way gets ``internal error``; the server goes on serving either way.
 
-The state directory belongs to one agent at a time: :func:`lock_state_dir` takes an
-exclusive ``flock`` on ``<state_dir>/agent.lock`` (which records the holder's PID) before
-anything else in the directory is touched, so a second ``edgeheal run`` stops with
-:class:`StateDirBusy` naming that PID instead of replacing the first one's socket.
+The socket is bound under a umask of 0177 (so it is 0600 from its first instant; it is
+never chmodded by path, which a swapped name would redirect). A state directory the socket
+cannot be made in (read-only, full) leaves the agent running without it
+(:attr:`ControlServer.unavailable`). :func:`call` trusts an answer only from a socket owned
+by root, the caller or the state directory's owner, whose peer (``SO_PEERCRED``) is that
+same user. The state directory itself (its lock, its ownership rules) is
+:mod:`edgeheal.boundaries.state_dir`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -33,10 +34,19 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from edgeheal.boundaries.state_dir import (  # re-exported: where callers found them before
+    LOCK_NAME,
+    StateDirBusy,
+    StateLock,
+    lock_state_dir,
+)
+
+__all__ = ["LOCK_NAME", "SOCKET_NAME", "ControlError", "ControlServer", "StateDirBusy",
+           "StateLock", "call", "lock_state_dir", "parse_request", "socket_path"]
+
 log = logging.getLogger("edgeheal.control")  # the name operators grep for
 
 SOCKET_NAME = "control.sock"
-LOCK_NAME = "agent.lock"
 MAX_REQUEST = 64 * 1024
 """Bytes of one request line; a longer line is a bad request."""
 READ_TIMEOUT = 5.0
@@ -57,61 +67,6 @@ def socket_path(state_dir: str | os.PathLike[str]) -> Path:
     return Path(state_dir) / SOCKET_NAME
 
 
-class StateDirBusy(OSError):
-    """Another process holds the state directory's lock (``pid`` is None when unknown)."""
-
-    def __init__(self, path: Path, pid: int | None) -> None:
-        holder = f"PID {pid}" if pid is not None else "another process"
-        super().__init__(errno.EBUSY, f"the state directory {path.parent} is in use by "
-                         f"{holder} (it holds {path}): is edgeheal already running?")
-        self.pid = pid
-
-
-class StateLock:
-    """An exclusive lock on a state directory, held until :meth:`release` (or exit)."""
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path, self._fd = path, fd
-
-    def release(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)  # closing the descriptor releases the flock
-            self._fd = -1
-
-    def __enter__(self) -> StateLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def lock_state_dir(state_dir: str | os.PathLike[str]) -> StateLock:
-    """Take ``<state_dir>/agent.lock`` (creating the directory, mode 0700, if needed) and
-    write our PID into it; raise :class:`StateDirBusy` if another process holds it.
-
-    The lock file is never deleted (deleting a lock file others may have open is a race);
-    what matters is whether a live process holds the ``flock``, which the kernel drops when
-    that process exits, however it exits."""
-    directory = Path(state_dir)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = directory / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except BlockingIOError:
-        try:
-            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        finally:
-            os.close(fd)
-        raise StateDirBusy(path, int(text) if text.isdigit() else None) from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return StateLock(path, fd)
-
-
 class ControlServer:
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.path = socket_path(state_dir)
@@ -119,6 +74,8 @@ class ControlServer:
         self._server: asyncio.AbstractServer | None = None
         self.bad_requests = 0
         """Requests refused as malformed or unknown (since start)."""
+        self.unavailable = ""
+        """Why the socket could not be made ("" while it serves): operator commands wait."""
         self.register("ping", self._ping)
 
     def register(self, name: str, handler: Handler) -> None:
@@ -134,15 +91,22 @@ class ControlServer:
         return {"pong": True, "commands": self.commands}
 
     async def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        old = os.umask(0o177)
+        """Bind the socket, 0600 from the start (a umask, never a chmod by path); on a state
+        directory that cannot be written, log it and run without (:attr:`unavailable`)."""
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
-        finally:
-            os.umask(old)
-        os.chmod(self.path, 0o600)
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            old = os.umask(0o177)
+            try:
+                self._server = await asyncio.start_unix_server(self._serve,
+                                                               path=str(self.path))
+            finally:
+                os.umask(old)
+        except OSError as err:
+            self.unavailable = f"cannot make {self.path}: {err.strerror or err}"
+            log.error("control socket: %s; operator commands (edgeheal alert test, "
+                      "remediation pause...) are unavailable until a restart",
+                      self.unavailable)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -150,8 +114,8 @@ class ControlServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
             self._server = None
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+            with contextlib.suppress(OSError):  # ours to remove; a read-only dir keeps it
+                self.path.unlink()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -7,6 +7,10 @@
 3     the environment is missing something (agent unreachable, privilege or program)
 ====  ==================================================================================
 
+A reader that stops early (``edgeheal check-config | head``) closes the pipe: the command
+then ends quietly with 141 (128 + SIGPIPE, what a shell reports for other programs),
+without a traceback.
+
 Command groups beyond the spine live in ``edgeheal/cli/<group>.py`` (``add_parser``
 and ``run``), imported only to build the parser; their heavy imports happen in ``run``.
 """
@@ -26,6 +30,9 @@ from edgeheal.model import ExitCode
 from edgeheal.settings import load
 
 log = logging.getLogger("edgeheal")
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""The reader of standard output went away (SIGPIPE's number, as shells report it)."""
 
 COMMAND_GROUPS = ("status", "offload", "alert", "remediation", "lab", "diagnose", "doctor")
 CONFIG_HELP = "configuration file (default: $EDGEHEAL_CONFIG or /etc/edgeheal/edgeheal.toml)"
@@ -83,12 +90,27 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0) and ExitCode.USAGE
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe is found here, not at interpreter exit
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
     except ConfigError as err:
         print(f"edgeheal: configuration error: {err}", file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:
         return ExitCode.CONDITION_FALSE
+    return code
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush finds no broken pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def runs_agent(argv: list[str]) -> bool:

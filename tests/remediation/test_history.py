@@ -34,7 +34,7 @@ def test_a_missing_state_file_is_an_empty_history(tmp_path: Path) -> None:
 def test_a_corrupt_state_file_is_a_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "h.json"
     path.write_text("{not json")
-    with pytest.raises(history.HistoryError, match="cannot read remediation history"):
+    with pytest.raises(history.HistoryError, match=r"remediation history .*h\.json: not JSON"):
         history.load(path, Timeline("b", 0.0))
     path.write_text(json.dumps({"version": 1}))
     with pytest.raises(history.HistoryError, match="malformed"):

@@ -201,9 +201,13 @@ async def test_a_corrupt_history_is_moved_aside_not_fatal(tmp_path: Path) -> Non
     state = tmp_path / "state"
     state.mkdir()
     (state / "remediation-history.json").write_text("{broken")
-    rem = remediator(World(config, Clock()), {"pod": ScriptedRemedy()})
+    world = World(config, Clock())
+    rem = remediator(world, {"pod": ScriptedRemedy()})
     assert rem.history.records == ()
-    assert (state / "remediation-history.corrupt").exists()
+    assert [p.read_text() for p in state.glob("remediation-history.json.corrupt-*")] == [
+        "{broken"]
+    assert world.kinds() == ["agent.state_reset"]
+    assert world.events[0].detail["file"] == "remediation-history.json"
 
 
 async def test_auto_picks_the_usable_remedy_and_says_why(tmp_path: Path) -> None:
@@ -363,3 +367,26 @@ async def test_a_first_reading_after_kill_9_does_not_clear_the_streak(tmp_path: 
     assert agent_b.view()["circuit"] == "open"
     assert [a["result"] for a in agent_b.view()["actions"]] == ["not_recovered",
                                                                 "interrupted"]
+
+
+async def test_a_stop_while_verifying_a_restart_is_recorded_as_interrupted(
+        tmp_path: Path) -> None:
+    """Issue 27, finding 10: SIGTERM (the actor cancelled) after the restart was done,
+    while the actor waits for the tunnel to recover, is ``interrupted`` (history, view,
+    counter), not ``failed``: the restart was neither cured nor refused."""
+    config = make_config(tmp_path, 'mode = "pod"\nverify_timeout = "1h"')
+    world = World(config, Clock(step=0.01))
+    remedy = ScriptedRemedy("pod")
+    rem = remediator(world, {"pod": remedy})
+    await rem.resolve()
+    task = asyncio.create_task(rem.evaluate(world.snap))
+    await until(lambda: "remediation.restarted" in world.kinds(),
+                what="the restart to be done and verification to begin")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [a["result"] for a in rem.view()["actions"]] == ["interrupted"]
+    assert world.metric("restart", "interrupted") == 1
+    assert world.metric("restart", "failed") == 0
+    again = remediator(World(config, world.clock), {"pod": ScriptedRemedy("pod")})
+    assert [a["result"] for a in again.view()["actions"]] == ["interrupted"]

@@ -60,6 +60,7 @@ from edgeheal.agent.alerts.outbox import DROPPED_KIND, RETRY_EVERY, Outbox
 from edgeheal.agent.alerts.payload import Alert, UlidFactory
 from edgeheal.agent.alerts.payload import build as build_alert
 from edgeheal.agent.alerts.selftest import AlertTest
+from edgeheal.base.statefile import Reset
 from edgeheal.core.path_verdict import targets
 from edgeheal.model import CheckStatus, Snapshot, State, rfc3339
 
@@ -122,6 +123,8 @@ class AlertEngine:
                                                  outbox_existed=self.outbox.existed)
         markers.mark_running(self.state_dir)
         self.outbox.post(self._gauges)
+        for reset in self.outbox.resets:
+            self._state_reset(reset)
         if self.outbox.lost_unknown:
             self.raise_alert(DROPPED_KIND, "the alert outbox was corrupt and was moved aside; "
                              "an unknown number of undelivered alerts were lost",
@@ -139,9 +142,18 @@ class AlertEngine:
         raw = self.outbox.get_meta("problems")
         try:
             return lifecycle.restore(raw or "", now=self.ctx.clock())
-        except (ValueError, TypeError) as err:
-            log.warning("ignoring unreadable open-problem record in the outbox: %s", err)
+        except (ValueError, TypeError) as err:  # moved aside (a meta key), said, counted
+            aside = f"problems.corrupt-{int(self.wall().timestamp())}"
+            self.outbox.set_meta(aside, raw or "")
+            self.outbox.set_meta("problems", "")
+            log.error("the open-problem record in the outbox is unusable (%s); moved aside "
+                      "to the meta key %s, starting with no open problem", err, aside)
+            self._state_reset(Reset(f"{OUTBOX_FILE} (open problems)", str(err), aside))
             return lifecycle.Problems()
+
+    def _state_reset(self, reset: Reset) -> None:
+        self.raise_alert("agent.state_reset", f"state {reset.file} was unusable "
+                         f"({reset.reason}); started afresh", reset.detail())
 
     def _save_problems(self) -> None:
         self.outbox.post(self.outbox.set_meta, "problems", lifecycle.record(self._problems))

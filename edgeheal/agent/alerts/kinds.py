@@ -56,6 +56,10 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
     "agent.started": Kind(
         "info", "The agent started; `detail.previous_run` is `clean`, `unclean` (killed, "
         "crashed or power loss) or `none` (first start)."),
+    "agent.state_reset": Kind(
+        "warning", "A state file (or record) the agent could not use — damaged, too large, "
+        "nested too deep or of the wrong shape — was moved aside and the agent started "
+        "afresh without it: `detail.file`, `detail.reason`, `detail.moved_to`."),
     "agent.test": Kind("info", "A test alert asked for with `edgeheal alert test`."),
     "alerts.dropped": Kind(
         "warning", "Undelivered alerts were lost, oldest first: `detail.dropped` of them; "

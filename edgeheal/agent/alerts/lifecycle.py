@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from edgeheal.base import statefile
+from edgeheal.base.statefile import StateFileError
 from edgeheal.model import State
 
 NOT_YET = ("pending", "connecting")
@@ -169,8 +171,19 @@ def record(state: Problems) -> str:
 
 def restore(raw: str, *, now: float) -> Problems:
     """The open problems of a :func:`record` ("" for none), all of them restored (rule 8),
-    their reminders counted from ``now``. Raises ValueError or TypeError if unreadable."""
+    their reminders counted from ``now``. Raises :class:`StateFileError` (a ValueError)
+    saying what is wrong with anything :func:`record` does not write."""
     if not raw:
         return Problems()
-    problems = {name: Problem(last_sent=now, **doc) for name, doc in json.loads(raw).items()}
+    what = "the open-problems record"
+    fields = set(Problem.__dataclass_fields__) - {"last_sent"}
+    problems = {}
+    for name, doc in statefile.parse(raw, what=what).items():
+        if not isinstance(doc, dict) or set(doc) != fields:
+            raise StateFileError(what, f"the problem of {str(name)[:40]!r} is not an "
+                                 f"object with the fields {', '.join(sorted(fields))}")
+        if not all(isinstance(v, str) for v in doc.values()):
+            raise StateFileError(what, f"the problem of {str(name)[:40]!r} has a field "
+                                 "that is not a string")
+        problems[name] = Problem(last_sent=now, **doc)
     return Problems(problems, frozenset(problems))

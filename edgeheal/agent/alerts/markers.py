@@ -30,7 +30,8 @@ def previous_run(state_dir: Path, *, outbox_existed: bool) -> str:
 def mark_running(state_dir: Path) -> None:
     marker = state_dir / RUNNING_MARKER
     try:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         try:
             os.write(fd, f"{os.getpid()}\n".encode())
             os.fsync(fd)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from edgeheal.agent.alerts.outbox import Entry, Outbox
+from edgeheal.base.statefile import Reset
 from edgeheal.base.writer import Writer
 
 P = ParamSpec("P")
@@ -87,6 +88,10 @@ class OffLoopOutbox:
     @property
     def existed(self) -> bool:
         return self.core.existed
+
+    @property
+    def resets(self) -> list[Reset]:
+        return self.core.resets
 
     # --- the outbox's operations, on the writer thread ------------------------------------
 

@@ -23,7 +23,7 @@ in-memory queue dies with the process; a row committed here survives it.
   if the broker is reachable, and written to the database as soon as a retry (every
   :data:`RETRY_EVERY` seconds) succeeds. :attr:`Outbox.fault` says which fault is in
   force (``/status``, metrics); the outbox never raises for one, so raising an alert can
-  never crash a check loop.
+  never crash a check loop. Rows of the wrong types, and ``seq_exhausted``: ``outbox_file``.
 
 The queue is here, the file in ``outbox_file``, the fault classes in ``outbox_faults``; an
 :class:`Outbox` blocks on fsync, so the agent runs it off its loop (``offloop``).
@@ -41,6 +41,7 @@ from pathlib import Path
 from edgeheal.agent.alerts import outbox_file as db_file
 from edgeheal.agent.alerts.outbox_faults import FAULTS, classify
 from edgeheal.agent.alerts.outbox_file import Entry, OutboxError
+from edgeheal.base.statefile import Reset
 
 log = logging.getLogger("edgeheal.alerts.outbox")  # the name operators grep for
 
@@ -85,6 +86,7 @@ class Outbox:
         self._last_retry = -1e18
         self._drops: dict[str, int] = {}
         self.lost_unknown = False  # a corrupt file moved aside, its alerts not countable
+        self.resets: list[Reset] = []
         try:
             self.existed = self.path.exists()
         except OSError:
@@ -96,16 +98,28 @@ class Outbox:
     def _connect(self) -> bool:
         try:
             self._db = db_file.open_db(self.path)
+            bad, aside = db_file.set_aside_bad_rows(self._db, self.path, self.wall())
         except (sqlite3.Error, OSError) as err:
-            self._db = None
+            self._close_db()
             return self._fail(err, "opening")
+        if aside is not None:  # rows of the wrong types: said (agent.state_reset), counted
+            self.resets.append(aside)
+            self._drops["outbox_corrupt"] = self._drops.get("outbox_corrupt", 0) + bad
         self._db_depth = self._count()
         return True
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
 
     def _fail(self, err: BaseException, doing: str) -> bool:
         """Note a fault; a corrupt file is moved aside and a new one started. Returns True
         if the database is usable again."""
         fault = classify(err, self.path.parent)
+        if fault == "disk_full" and db_file.seq_exhausted(self._db):
+            fault, err = "seq_exhausted", OutboxError(db_file.SEQ_EXHAUSTED)
         if fault == "corrupt":
             return self._move_aside(err)
         if self.fault != fault:
@@ -117,10 +131,7 @@ class Outbox:
         return False
 
     def _move_aside(self, err: BaseException) -> bool:
-        if self._db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._db.close()
-            self._db = None
+        self._close_db()
         aside = self.path.with_name(f"{self.path.name}.corrupt-{int(self.wall())}")
         try:
             self.path.rename(aside)
@@ -172,6 +183,8 @@ class Outbox:
         if db is None:
             return False
         try:
+            if self.fault == "seq_exhausted":
+                db_file.restart_seq_if_empty(db)
             db.execute("BEGIN IMMEDIATE")
             moved = []
             for entry in self._mem:
@@ -218,10 +231,7 @@ class Outbox:
             log.error("alert outbox %s: %d alert(s) held in memory could not be written "
                       "(%s) and are lost with this process", self.path, len(self._mem),
                       self.fault)
-        if self._db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._db.close()
-            self._db = None
+        self._close_db()
         return lost
 
     # --- writing ------------------------------------------------------------------------
@@ -237,7 +247,7 @@ class Outbox:
                 db.execute("BEGIN IMMEDIATE")
                 db.execute("INSERT INTO outbox (id, kind, raised, payload) VALUES "
                            "(?, ?, ?, ?)", (alert_id, kind, raised, payload))
-                dropped = self._enforce_count(db)
+                dropped = db_file.enforce_count(db, self.max_count, DROPPED_KIND)
                 db.execute("COMMIT")
             except (sqlite3.Error, OSError) as err:
                 db_file.rollback(db)
@@ -262,16 +272,6 @@ class Outbox:
         if dropped:
             self._drops["memory_queue"] = self._drops.get("memory_queue", 0) + dropped
         return 0
-
-    def _enforce_count(self, db: sqlite3.Connection) -> int:
-        count = db.execute("SELECT COUNT(*) FROM outbox WHERE kind != ?",
-                           (DROPPED_KIND,)).fetchone()[0]
-        excess = int(count) - self.max_count
-        if excess <= 0:
-            return 0
-        db.execute("DELETE FROM outbox WHERE seq IN (SELECT seq FROM outbox WHERE "
-                   "kind != ? ORDER BY seq LIMIT ?)", (DROPPED_KIND, excess))
-        return excess
 
     def prune(self) -> int:
         """Drop alerts older than ``max_age``; return how many."""
@@ -338,8 +338,7 @@ class Outbox:
         except (sqlite3.Error, OSError) as err:
             self._fail(err, "reading")
             return []
-        return [Entry(r[0], r[1], r[2], r[3], bytes(r[4])) for r in rows
-                if r[0] not in self._acked]
+        return [e for e in map(db_file.entry, rows) if e is not None and e.seq not in self._acked]
 
     def oldest(self) -> Entry | None:
         rows = self._rows("SELECT seq, id, kind, raised, payload FROM outbox ORDER BY seq "

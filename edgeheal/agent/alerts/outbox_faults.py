@@ -14,8 +14,10 @@ import errno
 import os
 from pathlib import Path
 
-FAULTS = ("corrupt", "permission", "read_only", "locked", "disk_full", "io_error")
-"""What can be wrong with the outbox database (:func:`classify`)."""
+FAULTS = ("corrupt", "permission", "read_only", "locked", "disk_full", "io_error",
+          "seq_exhausted")
+"""What can be wrong with the outbox database (:func:`classify`; ``seq_exhausted``, which
+SQLite reports as ``disk_full``, is told apart by the outbox, which can look at the file)."""
 
 # SQLite primary result codes (extended codes carry them in the low byte)
 _SQLITE = {11: "corrupt", 26: "corrupt", 13: "disk_full", 8: "read_only", 5: "locked",

@@ -102,6 +102,10 @@ class Remediator:
                             Timeline(boot_id=boot or boot_id(),
                                      offset=boot_clock() - self.clock()), name=self.HISTORY)
         self.history = self._store.load()
+        if self._store.reset is not None:  # a damaged history must be said, not just logged
+            reset = self._store.reset
+            self._emit("agent.state_reset", f"state file {reset.file} was unusable "
+                       f"({reset.reason}); started afresh", reset.detail())
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
@@ -296,9 +300,6 @@ class Remediator:
                            {**detail, "result": result}, correlation)
                 log.error("remediation: restart failed (%s): %s", result, err)
                 return
-            except asyncio.CancelledError:
-                result = "interrupted"  # the agent is stopping: neither cured nor failed
-                raise
             except Exception as err:  # the bound struck, or a remedy's bug: never a crash loop
                 self._emit(f"{self.KIND}.failed", self._unfinished(err, mode),
                            {**detail, "result": "failed"}, correlation)
@@ -323,6 +324,11 @@ class Remediator:
                            f"restarted {target}, but {self.SUBJECT} did not recover within "
                            f"{self.settings.verify_timeout:g}s",
                            {**detail, "target": target, "result": result}, correlation)
+        except asyncio.CancelledError:
+            # the agent is stopping, during the restart or while verifying it: neither
+            # cured nor failed
+            result = "interrupted"
+            raise
         finally:
             duration = self.clock() - began
             self.busy = None

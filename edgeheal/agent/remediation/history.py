@@ -32,9 +32,11 @@ its own thread (:class:`edgeheal.base.writer.Writer`): :meth:`Store.save` queues
 where the caller must know it is on disk — the attempt is persisted *before* a remedy runs,
 so ``kill -9`` mid-rung still counts it. Without a running loop a save is done on return.
 
-A file that cannot be read is moved aside (``.corrupt``) and the actor starts with an empty
-history: losing the history must never stop the monitoring. :class:`HistoryError` names the
-file; it is logged, never fatal.
+A file that cannot be read or is not what :func:`save` writes (too large, nested too deep,
+a count that is not a small integer: :mod:`edgeheal.base.statefile` bounds it) is moved aside
+(``.corrupt-<time>``) and the actor starts with an empty history: losing the history must
+never stop the monitoring. :class:`HistoryError` names the file; it is logged once, never
+fatal, and :attr:`Store.reset` says so for the ``agent.state_reset`` alert.
 """
 
 from __future__ import annotations
@@ -49,12 +51,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeheal.base import statefile
+from edgeheal.base.statefile import Reset, StateFileError
 from edgeheal.base.writer import Writer
 from edgeheal.core.safeguards import KEEP, History, Record
 
 log = logging.getLogger("edgeheal.remediation.history")  # the name operators grep for
 
 HISTORY_FILE = "remediation-history.json"
+MAX_FAILURES_IN_ROW = 1_000_000
+"""A restarts-in-a-row count beyond this is not one the agent wrote."""
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -128,11 +134,13 @@ def save(path: Path, history: History, timeline: Timeline) -> None:
 def load(path: Path, timeline: Timeline) -> History:
     """Read the history; a missing file is an empty history; raise HistoryError if corrupt."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return History()
-    except (OSError, ValueError) as err:
+        data = statefile.read(path)
+    except StateFileError as err:
+        raise HistoryError(f"remediation history {err}") from err
+    except OSError as err:
         raise HistoryError(f"cannot read remediation history {path}: {err}") from err
+    if data is None:
+        return History()
     try:
         same_boot = data["boot_id"] == timeline.boot_id
         records = []
@@ -152,13 +160,15 @@ def load(path: Path, timeline: Timeline) -> History:
             paused = math.inf
         elif raw_pause is not None and same_boot:
             paused = timeline.to_mono(float(raw_pause))
-        return History(records=tuple(records[-KEEP:]),
-                       failures_in_row=int(data["failures_in_row"]),
+        failures = data["failures_in_row"]
+        if type(failures) is not int or not 0 <= failures <= MAX_FAILURES_IN_ROW:
+            raise ValueError(f"failures_in_row {str(failures)[:20]} is not a count")
+        return History(records=tuple(records[-KEEP:]), failures_in_row=failures,
                        circuit_open=bool(data["circuit_open"]), paused_until=paused,
                        direct_was_down=same_boot and bool(data.get("direct_was_down")))
-    except (KeyError, TypeError, ValueError) as err:
-        raise HistoryError(f"remediation history {path} is malformed ({err!r}); "
-                           "delete it to start afresh") from err
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as err:
+        raise HistoryError(f"remediation history {path} is malformed "
+                           f"({str(err)[:120] or type(err).__name__})") from err
 
 
 class Store:
@@ -171,15 +181,19 @@ class Store:
         self.path = Path(state_dir) / name
         self.timeline = timeline
         self._writer = Writer("edgeheal-history")
+        self.reset: Reset | None = None
+        """Set when :meth:`load` found a file it could not use (for ``agent.state_reset``)."""
 
     def load(self) -> History:
         try:
             return load(self.path, self.timeline)
         except HistoryError as err:
-            aside = self.path.with_suffix(".corrupt")
-            with contextlib.suppress(OSError):
-                self.path.replace(aside)
-            log.error("%s; moved aside to %s, starting with an empty history", err, aside)
+            aside = statefile.move_aside(self.path, time.time())
+            cause = err.__cause__
+            reason = cause.reason if isinstance(cause, StateFileError) else str(err)
+            self.reset = Reset(self.path.name, reason, None if aside is None else aside.name)
+            log.error("%s; %s, starting with an empty history", err,
+                      f"moved aside to {aside}" if aside else "it could not be moved aside")
             return History()
 
     def save(self, history: History) -> None:
