@@ -94,6 +94,7 @@ class ControlServer:
         """Bind the socket, 0600 from the start (a umask, never a chmod by path); on a state
         directory that cannot be written, log it and run without (:attr:`unavailable`)."""
         try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
             old = os.umask(0o177)
