@@ -4,7 +4,8 @@ A fake broker announcing a 256 MB packet (``0x20 FF FF FF 7F`` as the CONNACK; a
 of that length on the kept-open alert link) drove a probe to 274 MB and the link to
 856 MB: paho asks ``recv()`` for the whole remaining length at once. Now every byte passes
 edgeheal's own fixed-header reader (:class:`edgeheal.boundaries.mqtt.transport.Framer`) first, which
-refuses a packet over 64 KiB before anything is buffered: ``protocol_error``, and the peak
+refuses a packet over 64 KiB, and any PUBLISH (the agent subscribes to nothing: a QoS 2
+flood once reached 405 MB), before anything is buffered: ``protocol_error``, and the peak
 RSS of the process (measured in a child process, its ``VmHWM``) stays that of an idle
 agent. An MQTT 3.1.1 refusal is reported with its own code and name, not paho's MQTT 5
 translation (code 5 was printed as "code 135").
@@ -165,13 +166,39 @@ async def test_the_alert_link_refuses_a_256_mb_publish_with_small_memory(
     assert float(out["maxrss_mb"]) < RSS_LIMIT_MB, out  # type: ignore[arg-type]
 
 
-async def test_a_packet_just_under_the_cap_is_still_read() -> None:
+async def test_a_probe_stops_at_the_connack_and_never_reads_a_publish_behind_it() -> None:
+    """A PUBLISH just under the cap behind the CONNACK: the probe's answer is the CONNACK
+    (the path works), and it disconnects without reading what follows."""
     body = b"\0" * (MAX_PACKET - 3)  # PUBLISH: topic length 0, then payload
     length = len(body) + 2
     varint = bytes([(length & 0x7F) | 0x80, (length >> 7) & 0x7F | 0x80, length >> 14])
     async with FakeBroker(CONNACK_OK + b"\x30" + varint + b"\0\0" + body) as broker:
         result = await probe(_target(broker.port), "edge-1", limit=3.0)
     assert result.reason == "ok", result.message
+
+
+def _publish(qos: int, payload: int, packet_id: int = 1) -> bytes:
+    """One PUBLISH to topic ``t`` (a packet id from QoS 1 on), remaining length varint."""
+    body = b"\x00\x01t" + (packet_id.to_bytes(2, "big") if qos else b"") + b"x" * payload
+    n, varint = len(body), bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        varint.append(byte | (0x80 if n else 0))
+        if not n:
+            break
+    return bytes([0x30 | qos << 1]) + bytes(varint) + body
+
+
+@pytest.mark.parametrize("qos", [0, 1, 2])
+async def test_the_alert_link_refuses_a_publish_flood_with_small_memory(qos: int) -> None:
+    """6,000 x 60 KB of QoS 2 once reached 405 MB: paho kept each message for its PUBREL.
+    Now the first PUBLISH drops the connection before paho sees it."""
+    flood = b"".join(_publish(qos, 60 * 1024, i + 1) for i in range(1500))
+    async with FakeBroker(CONNACK_OK, later=flood) as broker:
+        out = await _child(broker.port, "link")
+    assert out["seen"][:2] == ["ok", "protocol_error"], out  # type: ignore[index]
+    assert "subscribes to nothing" in str(out["message"])
+    assert float(out["maxrss_mb"]) < RSS_LIMIT_MB, out  # type: ignore[arg-type]
 
 
 CODES_311 = {1: "unacceptable protocol version", 2: "identifier rejected",

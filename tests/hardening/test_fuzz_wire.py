@@ -148,7 +148,7 @@ def _packet(kind: int, body: bytes) -> bytes:
 
 
 @given(st.integers(0, 255),
-       st.lists(st.tuples(st.sampled_from([3, 4, 5, 6, 7, 9, 11, 13, 14, 15]),
+       st.lists(st.tuples(st.sampled_from([4, 5, 6, 7, 9, 11, 13, 14, 15]),
                           st.integers(0, 300)), max_size=20),
        st.integers(1, 97))
 def test_the_framer_counts_well_formed_packets_whatever_the_chunking(
@@ -160,6 +160,23 @@ def test_the_framer_counts_well_formed_packets_whatever_the_chunking(
         framer.feed(stream[i:i + step])
     assert framer.packets == 1 + len(packets)
     assert framer.connack_code == code
+
+
+@given(st.lists(st.sampled_from([4, 9, 13]), max_size=5), st.integers(0, 300),
+       st.integers(1, 97))
+def test_the_framer_refuses_a_publish_wherever_it_comes(
+        before: list[int], size: int, step: int) -> None:
+    stream = _packet(2, b"\0\0") + b"".join(_packet(k, b"\x01" * 2) for k in before) \
+        + _packet(3, b"\x00\x01t" + b"x" * size)
+    framer = Framer()
+
+    def feed_all() -> None:
+        for i in range(0, len(stream), step):
+            framer.feed(stream[i:i + step])
+
+    with pytest.raises(FramingError, match="subscribes to nothing"):
+        feed_all()
+    assert framer.packets == 1 + len(before)  # everything before it was read
 
 
 @given(st.integers(MAX_PACKET + 1, 268_435_455))

@@ -194,6 +194,10 @@ at once, and ``recv(n)`` allocates ``n`` bytes before a single one arrives."""
 # Packet types a client may receive (MQTT 3.1.1 and 5): CONNACK, PUBLISH, PUBACK, PUBREC,
 # PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGRESP, DISCONNECT (5), AUTH (5).
 _FROM_BROKER = frozenset({2, 3, 4, 5, 6, 7, 9, 11, 13, 14, 15})
+PUBLISH = 3
+"""A broker's PUBLISH is refused (:class:`Framer`): the agent never subscribes, so one can
+only be a misbehaving or hostile broker, and paho would keep each QoS 2 message until its
+PUBREL (issue 27: 6,000 x 60 KB reached 405 MB)."""
 _NAMES = {1: "CONNECT", 2: "CONNACK", 3: "PUBLISH", 4: "PUBACK", 5: "PUBREC", 6: "PUBREL",
           7: "PUBCOMP", 8: "SUBSCRIBE", 9: "SUBACK", 10: "UNSUBSCRIBE", 11: "UNSUBACK",
           12: "PINGREQ", 13: "PINGRESP", 14: "DISCONNECT", 15: "AUTH"}
@@ -210,7 +214,8 @@ class Framer:
     body without keeping it; keeps only the first CONNACK's two header bytes (flags,
     return code) for :attr:`connack_code`. Raises :class:`FramingError` when the stream
     cannot be a broker's: the first packet is not a CONNACK, a packet type a broker never
-    sends, a remaining length longer than 4 bytes, or one above ``max_packet``.
+    sends, a remaining length longer than 4 bytes, one above ``max_packet``, or a PUBLISH
+    (:data:`PUBLISH`: the agent subscribes to nothing).
     """
 
     def __init__(self, max_packet: int = MAX_PACKET) -> None:
@@ -273,6 +278,10 @@ class Framer:
             raise FramingError(f"the broker announced a {self._length}-byte "
                                f"{_NAMES[self._kind]} packet; edgeheal accepts at most "
                                f"{self.max_packet} bytes")
+        if self._kind == PUBLISH:
+            raise FramingError("the broker sent a PUBLISH, but edgeheal subscribes to nothing: "
+                               "refused (kept, a QoS 2 flood would fill the agent's memory "
+                               "until PUBRELs that never come)")
         if self._kind == 2 and self._length < 2:
             raise FramingError(f"malformed CONNACK: {self._length}-byte body, expected at "
                                "least 2")
