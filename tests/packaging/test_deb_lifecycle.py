@@ -21,7 +21,7 @@ DEBS = "/mnt/debs"
 UNIT = "edgeheal.service"
 CONF = "/etc/edgeheal/edgeheal.toml"
 STATE = "/var/lib/edgeheal"
-APT = ["apt-get", "install", "--yes", "--no-download", "--quiet"]
+APT = ["apt-get", "install", "--yes", "--quiet"]
 
 LOCAL_EDIT = """\
 # edgeheal package test: the operator's edit of the conffile
