@@ -75,6 +75,9 @@ if [ "$lab" -eq 1 ]; then
 fi
 if [ "$dev" -eq 1 ]; then
   packages+=(prometheus dbus shellcheck debootstrap systemd-container util-linux wrk)
+  # the Debian packages (packaging/build, tests/packaging): debhelper, lintian, and the
+  # arm64 strip for the arm64 package built here
+  packages+=(dpkg-dev debhelper lintian binutils binutils-aarch64-linux-gnu)
   # the QEMU test bed (tests/qemu): a real kernel under software emulation
   packages+=(qemu-system-x86 busybox-static cpio e2fsprogs)
   # the real ModemManager daemon, which tests/modem starts on a private bus (no modem)
