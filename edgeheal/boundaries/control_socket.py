@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import socket
+import stat
 import struct
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -198,6 +199,22 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+MAX_REPLY = 4 * 1024 * 1024
+"""The largest reply the command line reads (``/status``-sized answers are far smaller)."""
+
+
+def _trusted_uids(path: Path) -> set[int]:
+    """Who may answer on ``path``: root, the caller, the state directory's owner (the
+    agent's user). The socket itself must be a socket one of them owns, not a symlink."""
+    trusted = {0, os.geteuid(), path.parent.stat().st_uid}
+    st = os.lstat(path)
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid not in trusted:
+        raise ControlError(f"refusing {path}: not a socket owned by root or the agent's user "
+                           f"(uid {st.st_uid}); another user may have planted it",
+                           unreachable=True)
+    return trusted
+
+
 def _peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
@@ -216,6 +233,7 @@ def call(state_dir: str | os.PathLike[str], command: str,
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         try:
+            trusted = _trusted_uids(path)
             sock.connect(str(path))
         except (FileNotFoundError, ConnectionRefusedError) as err:
             raise ControlError(f"the agent is not running (no control socket at {path}): "
@@ -223,6 +241,11 @@ def call(state_dir: str | os.PathLike[str], command: str,
         except PermissionError as err:
             raise ControlError(f"permission denied on {path}: run as root",
                                unreachable=True) from err
+        peer = _peer_uid(sock)
+        if peer not in trusted:
+            raise ControlError(f"refusing the answer on {path}: it comes from uid {peer}, "
+                               "neither root, you, nor the state directory's owner (a socket "
+                               "planted by another user?)", unreachable=True)
         sock.sendall(json.dumps({"command": command, "args": dict(args or {})}).encode()
                      + b"\n")
         data = b""
@@ -231,6 +254,9 @@ def call(state_dir: str | os.PathLike[str], command: str,
             if not chunk:
                 break
             data += chunk
+            if len(data) > MAX_REPLY:
+                raise ControlError(f"the agent's reply is over {MAX_REPLY} bytes; refused",
+                                   unreachable=True)
     try:
         reply = json.loads(data)
     except ValueError as err:
