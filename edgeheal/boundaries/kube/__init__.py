@@ -26,8 +26,6 @@ from edgeheal.boundaries.kube.answers import (
 from edgeheal.boundaries.kube.client import (
     BACKOFF_BASE,
     BACKOFF_MAX,
-    COMPONENT,
-    EVENT_NAMESPACE,
     QUIET_LOGGERS,
     RETRY_AFTER_MAX,
     KubeClient,
@@ -41,6 +39,7 @@ from edgeheal.boundaries.kube.errors import (
     _status_message,
     _transport_problem,
 )
+from edgeheal.boundaries.kube.node import COMPONENT, EVENT_NAMESPACE
 from edgeheal.boundaries.kube.pod import Pod
 
 __all__ = [

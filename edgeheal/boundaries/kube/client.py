@@ -59,8 +59,8 @@ from edgeheal.boundaries.kube.errors import (
     _status_message,
     _transport_problem,
 )
+from edgeheal.boundaries.kube.node import NodeCalls
 from edgeheal.boundaries.kube.pod import Pod
-from edgeheal.model import rfc3339
 
 if TYPE_CHECKING:
     from edgeheal.config import KubernetesSettings
@@ -74,9 +74,6 @@ ATTEMPT_FACTOR = 3
 ``request_timeout``: a server dripping a body byte by byte cannot hold a call for ever."""
 BACKOFF_BASE = 0.2
 BACKOFF_MAX = 8.0
-EVENT_NAMESPACE = "default"
-"""Where Node events go (as kubelet's do): Nodes are cluster-scoped."""
-COMPONENT = "edgeheal"
 QUIET_LOGGERS = ("httpcore2", "httpx2", "h11")
 """The HTTP library's loggers: its debug traces quote exceptions that quote request headers
 (the bearer token), so they never log below WARNING once a client exists."""
@@ -86,7 +83,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class KubeClient:
+class KubeClient(NodeCalls):
     def __init__(self, settings: KubernetesSettings, *,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  rng: random.Random | None = None,
@@ -395,36 +392,3 @@ class KubeClient:
                 f"{'ready' if last.ready else 'not ready'}") if last else "no replacement pod"
         raise KubeError(f"no Ready replacement for the Flannel pod on node {node} within "
                         f"{within:g}s ({seen})")
-
-    # --- the Node ---------------------------------------------------------------------------
-
-    async def node_event(self, node: str, reason: str, message: str, *,
-                         warning: bool = False) -> None:
-        """Record an Event on the Node, as kubelet does (namespace default, uid = name)."""
-        now = rfc3339(self._wall())
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{node}.edgeheal.", "namespace": EVENT_NAMESPACE},
-            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
-            "reason": reason, "message": message[:1024],
-            "type": "Warning" if warning else "Normal",
-            "source": {"component": COMPONENT, "host": node},
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-            "reportingComponent": COMPONENT, "reportingInstance": node,
-        }
-        await self.request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events",
-                           what=f"create events in namespace {EVENT_NAMESPACE}", body=body)
-
-    async def set_node_condition(self, node: str, kind: str, healthy: bool | None,
-                                 reason: str, message: str) -> None:
-        """Set one Node condition with a strategic-merge patch of ``nodes/status`` (merged
-        by ``type``, so kubelet's own conditions are untouched)."""
-        now = rfc3339(self._wall())
-        status = "Unknown" if healthy is None else ("True" if healthy else "False")
-        body = {"status": {"conditions": [{
-            "type": kind, "status": status, "reason": reason, "message": message[:1024],
-            "lastHeartbeatTime": now, "lastTransitionTime": now}]}}
-        await self.request("PATCH", f"/api/v1/nodes/{node}/status",
-                           what="patch nodes/status (cluster-scoped)", body=body,
-                           content_type="application/strategic-merge-patch+json")
-
