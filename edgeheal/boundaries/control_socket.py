@@ -33,6 +33,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
+
 log = logging.getLogger("edgeheal.control")  # the name operators grep for
 
 SOCKET_NAME = "control.sock"
@@ -174,7 +176,7 @@ class ControlServer:
         try:
             line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
             name, args = parse_request(line)
-        except TimeoutError:
+        except compat.TimeoutErrors:
             self.bad_requests += 1
             return {"ok": False, "error": f"bad request: no request line within "
                     f"{READ_TIMEOUT:g}s"}

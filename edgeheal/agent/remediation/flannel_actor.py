@@ -46,6 +46,7 @@ from edgeheal.agent.remediation import modes, operator
 from edgeheal.agent.remediation.history import HISTORY_FILE, Store, Timeline, boot_id, boottime
 from edgeheal.agent.remediation.metrics import KNOWN, LadderMetrics
 from edgeheal.agent.remediation.reporting import NodeReporter
+from edgeheal.base import compat
 from edgeheal.core import flannel_ladder as policy
 from edgeheal.core.flannel_ladder import Action, History, Record
 from edgeheal.core.path_verdict import targets
@@ -288,7 +289,7 @@ class Remediator:
         target, result = "", "failed"
         try:
             try:
-                async with asyncio.timeout(self.restart_bound(mode)):
+                async with compat.timeout(self.restart_bound(mode)):
                     outcome = await remedy.restart()
             except RemedyError as err:
                 result = "config_problem" if err.config_problem else "failed"
@@ -299,7 +300,7 @@ class Remediator:
             except asyncio.CancelledError:
                 result = "interrupted"  # the agent is stopping: neither cured nor failed
                 raise
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 self._emit(f"{self.KIND}.failed",
                            f"restart did not finish within {self.restart_bound(mode):g}s",
                            {**detail, "result": "failed"}, correlation)

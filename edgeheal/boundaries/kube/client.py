@@ -30,10 +30,12 @@ import json
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.base import compat
 from edgeheal.base.bare_import import skip_init
+from edgeheal.base.compat import UTC
 from edgeheal.boundaries.kube.credentials import current_token_check
 from edgeheal.boundaries.kube.errors import (
     KubeConflict,
@@ -314,7 +316,7 @@ class KubeClient:
                     if pod.ready and pod.phase == "Running":
                         return pod
             try:
-                async with asyncio.timeout(left):
+                async with compat.timeout(left):
                     async for kind, pod in self.watch_pods(namespace, label_selector, node,
                                                            version, left):
                         if kind in ("ADDED", "MODIFIED") and pod.uid != old_uid \
@@ -322,7 +324,7 @@ class KubeClient:
                             last = pod
                             if pod.ready and pod.phase == "Running":
                                 return pod
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 break
             except KubePermissionError:
                 raise
