@@ -160,7 +160,8 @@ class Agent:
         if self._snapshot.version != version:
             return
         with contextlib.suppress(*compat.TimeoutErrors):
-            await asyncio.wait_for(self._published.wait(), at_most)
+            async with compat.timeout(at_most):  # wait_for before 3.12 can swallow a cancel
+                await self._published.wait()
 
     def views(self) -> dict[str, Any]:
         """What the actors show in ``/status``: asked at request time, never snapshotted."""

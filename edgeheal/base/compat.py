@@ -62,31 +62,35 @@ __all__ = ["UTC", "Self", "TimeoutErrors", "bus_auth_timeout", "sock_sendto", "t
            "tomllib"]
 
 
-async def sock_sendto(loop: _asyncio.AbstractEventLoop, sock: _socket.socket, data: bytes,
-                      address: Any) -> int:
-    """``loop.sock_sendto(sock, data, address)`` (``sock`` non-blocking)."""
-    if sys.version_info >= (3, 11):
+if sys.version_info >= (3, 11):
+    async def sock_sendto(loop: _asyncio.AbstractEventLoop, sock: _socket.socket, data: bytes,
+                          address: Any) -> int:
+        """``loop.sock_sendto(sock, data, address)`` (``sock`` non-blocking)."""
         return await loop.sock_sendto(sock, data, address)
-    while True:
-        try:
-            return sock.sendto(data, address)
-        except (BlockingIOError, InterruptedError):
-            writable: _asyncio.Future[None] = loop.create_future()
-            loop.add_writer(sock.fileno(), _ready, writable)
-            try:
-                await writable
-            finally:
-                loop.remove_writer(sock.fileno())
 
-
-def _ready(writable: _asyncio.Future[None]) -> None:
-    if not writable.done():
-        writable.set_result(None)
-
-
-def bus_auth_timeout(seconds: float | None) -> dict[str, Any]:
-    """The keyword arguments that bound dbus-fast's SASL handshake, where it has one:
-    ``MessageBus(..., **bus_auth_timeout(5.0))``."""
-    if sys.version_info >= (3, 11):
+    def bus_auth_timeout(seconds: float | None) -> dict[str, Any]:
+        """The keyword arguments that bound dbus-fast's SASL handshake, where it has one:
+        ``MessageBus(..., **bus_auth_timeout(5.0))``."""
         return {"auth_timeout": seconds}
-    return {}
+else:
+    async def sock_sendto(loop: _asyncio.AbstractEventLoop, sock: _socket.socket, data: bytes,
+                          address: Any) -> int:
+        """``loop.sock_sendto(sock, data, address)`` (``sock`` non-blocking)."""
+        while True:
+            try:
+                return sock.sendto(data, address)
+            except (BlockingIOError, InterruptedError):
+                writable: _asyncio.Future[None] = loop.create_future()
+                loop.add_writer(sock.fileno(), _ready, writable)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(sock.fileno())
+
+    def _ready(writable: _asyncio.Future[None]) -> None:
+        if not writable.done():
+            writable.set_result(None)
+
+    def bus_auth_timeout(seconds: float | None) -> dict[str, Any]:
+        """dbus-fast 5.0 (the last for 3.10) has no ``auth_timeout``: nothing to pass."""
+        return {}
