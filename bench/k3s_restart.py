@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import labkit
@@ -183,7 +185,7 @@ def main(argv: list[str]) -> int:
         try:
             doc = asyncio.run(bench(args.repeats, Path(tmp)))
             doc["ok"] = True
-        except (TimeoutError, OSError, RuntimeError) as err:
+        except (*compat.TimeoutErrors, OSError, RuntimeError) as err:
             doc = {"ok": False, "error": f"{type(err).__name__}: {err}"}
             log = Path(tmp) / "agent.log"
             if log.exists():

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
 from edgeheal.lab import nsutil
 from edgeheal.lab.agent_config import render as render_agent_config
 from edgeheal.lab.netns import run
@@ -323,7 +324,7 @@ def run_bench(name: str, measure: Callable[[Path], Coroutine[Any, Any, dict[str,
     try:
         doc = asyncio.run(measure(workdir))
         doc["ok"] = True
-    except (TimeoutError, RuntimeError, OSError, KeyError) as err:
+    except (*compat.TimeoutErrors, RuntimeError, OSError, KeyError) as err:
         doc = {"ok": False, "error": f"{type(err).__name__}: {err}", "workdir": str(workdir)}
         dump(out, doc)
         print(f"{name}: {doc['error']} (logs kept in {workdir})", file=sys.stderr)

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
+
 WG_OVERHEAD = 60
 DAY = 86400.0
 BUDGET = 10_000_000
@@ -86,7 +88,7 @@ async def _inner(args: argparse.Namespace) -> dict[str, Any]:
 
     link = Link(MqttTarget(**{**base, "keepalive": 1.0}), "bench")  # type: ignore[arg-type]
     task = asyncio.create_task(link.run())
-    async with asyncio.timeout(10):
+    async with compat.timeout(10):
         await link.wait_up()
     conn = link._conn  # the bench reads the MQTT-level byte counter
     assert conn is not None

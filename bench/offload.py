@@ -28,10 +28,11 @@ import platform
 import statistics
 import subprocess
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base.compat import UTC
 from edgeheal.checks.offload.enforcer import Enforcer
 from edgeheal.lab import netns
 from edgeheal.model import Event

@@ -42,6 +42,7 @@ from edgeheal.agent import endpoints as http
 from edgeheal.agent.alerts.outbox import Outbox
 from edgeheal.agent.remediation.history import Store, Timeline
 from edgeheal.agent.supervisor import Agent
+from edgeheal.base import compat
 from edgeheal.boundaries import wg
 from edgeheal.checks import wireguard as wgcheck
 from edgeheal.config import CheckSettings
@@ -110,7 +111,7 @@ async def measure(workdir: Path, probes: int, peers: int) -> dict[str, Any]:
     task = asyncio.create_task(agent.run())
     out: dict[str, Any] = {"peers": peers, "loadavg_start": labkit.loadavg()}
     try:
-        async with asyncio.timeout(30):
+        async with compat.timeout(30):
             while not agent.snapshot.ready:
                 await agent.changed(agent.snapshot.version, 0.05)
         agent.registry.register(collector)
@@ -136,7 +137,7 @@ async def measure(workdir: Path, probes: int, peers: int) -> dict[str, Any]:
             out["fsync"] = figures(await slow_disk(agent, workdir, session, url, probes))
     finally:
         agent.stop_event.set()
-        async with asyncio.timeout(10):
+        async with compat.timeout(10):
             await task
     out["loadavg_end"] = labkit.loadavg()
     return out

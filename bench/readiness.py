@@ -50,6 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import labkit
@@ -312,7 +314,9 @@ def jobs(quick: bool) -> list[tuple[str, list[str]]]:
 
 
 async def run_all(quick: bool, tmp: Path) -> dict[str, Any]:
-    from datetime import UTC, datetime
+    from datetime import datetime
+
+    from edgeheal.base.compat import UTC
 
     began = time.monotonic()
     res: dict[str, Any] = {"quick": quick, "started": datetime.now(UTC),
@@ -471,7 +475,8 @@ def main(argv: list[str]) -> int:
         else:
             doc = asyncio.run(latency(args.setting, faults, args.repeats, workdir))
         doc["ok"] = True
-    except (TimeoutError, RuntimeError, OSError, KeyError, AssertionError, LabError) as err:
+    except (*compat.TimeoutErrors, RuntimeError, OSError, KeyError, AssertionError,
+            LabError) as err:
         doc = {"ok": False, "error": f"{type(err).__name__}: {err}", "workdir": str(workdir)}
         labkit.dump(args.out, doc)
         print(f"readiness {args.setting} {args.faults}: {doc['error']} (logs kept in "

@@ -43,9 +43,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from edgeheal.base import compat
+from edgeheal.base.compat import UTC
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -119,7 +122,7 @@ class Jobs:
             if proc.returncode is None:
                 try:
                     await asyncio.wait_for(proc.wait(), 60)
-                except TimeoutError:
+                except compat.TimeoutErrors:
                     proc.kill()
 
 

@@ -34,11 +34,12 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from edgeheal import settings as validation
+from edgeheal.base.compat import UTC
 from edgeheal.boundaries.wg import read_device
 from edgeheal.boundaries.wg.health import thresholds
 from edgeheal.checks.wireguard import WireguardCheck

@@ -13,9 +13,11 @@ import asyncio
 import enum
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from edgeheal.base.compat import UTC
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -11,12 +11,13 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config as cfg
+from edgeheal.base.compat import UTC
 from edgeheal.model import Context, Event, Snapshot
 
 T = TypeVar("T")

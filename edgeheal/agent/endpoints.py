@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from edgeheal import __version__
+from edgeheal.base import compat
 from edgeheal.base.render import Renderer
 from edgeheal.boundaries.aiohttp_light import HttpProcessingError, Site, web
 from edgeheal.boundaries.aiohttp_light import bind as bind  # noqa: PLC0414 - re-exported
@@ -186,16 +187,16 @@ async def _heavy(request: web.Request,
     slots = request.app[SLOTS]
     try:
         await asyncio.wait_for(slots.acquire(), HEAVY_WAIT)
-    except TimeoutError:
+    except compat.TimeoutErrors:
         return web.json_response({"error": "busy: too many /metrics and /status requests"},
                                  status=503, headers={"Retry-After": "1"})
     try:
         response = await make(request)
         try:
-            async with asyncio.timeout(WRITE_TIMEOUT):
+            async with compat.timeout(WRITE_TIMEOUT):
                 await response.prepare(request)
                 await response.write_eof()
-        except TimeoutError:  # aiohttp takes the closed connection for the client leaving
+        except compat.TimeoutErrors:  # aiohttp takes the closed connection for the client leaving
             if request.transport is not None:
                 request.transport.abort()
         return response

@@ -46,7 +46,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from edgeheal import __version__
@@ -58,6 +58,8 @@ from edgeheal.agent.tasks import (
     release_startup_memory,
     spawn,
 )
+from edgeheal.base import compat
+from edgeheal.base.compat import UTC
 from edgeheal.boundaries.control_socket import ControlServer, lock_state_dir
 from edgeheal.boundaries.sd_notify import Notifier
 from edgeheal.checks import Check, Serving
@@ -157,8 +159,9 @@ class Agent:
         """Return once a snapshot newer than ``version`` is out, or after ``at_most`` s."""
         if self._snapshot.version != version:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._published.wait(), at_most)
+        with contextlib.suppress(*compat.TimeoutErrors):
+            async with compat.timeout(at_most):  # wait_for before 3.12 can swallow a cancel
+                await self._published.wait()
 
     def views(self) -> dict[str, Any]:
         """What the actors show in ``/status``: asked at request time, never snapshotted."""
@@ -220,9 +223,9 @@ class Agent:
         hastened = False
         while (left := due - self.clock()) > 0:
             try:
-                async with asyncio.timeout(left):
+                async with compat.timeout(left):
                     await cadence.wake.wait()
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 break
             cadence.wake.clear()
             if not hastened:
@@ -239,10 +242,10 @@ class Agent:
             cadence.wake.clear()
             began = self.clock()
             try:
-                async with asyncio.timeout(timeout):
+                async with compat.timeout(timeout):
                     result = await check.run()
                 outcome = "completed"
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 result = CheckResult(State.UNKNOWN, "check_timeout",
                                      f"no result within {timeout:g}s")
                 outcome = "timeout"

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 BURST = 10
 """Lines one message template may print per :data:`WINDOW` before repeats are counted."""
@@ -50,7 +50,7 @@ class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         parts = []
         if self.timestamps:
-            moment = datetime.fromtimestamp(record.created, UTC)
+            moment = datetime.fromtimestamp(record.created, timezone.utc)
             parts.append("time=" + moment.isoformat(timespec="milliseconds").replace(
                 "+00:00", "Z"))
         parts += [f"level={record.levelname.lower()}", f"logger={record.name}"]

@@ -26,6 +26,8 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from edgeheal.base import compat
+
 if TYPE_CHECKING:
     from dbus_fast import Message
     from dbus_fast.aio import MessageBus
@@ -139,7 +141,7 @@ class Bus:
         try:
             # typed as always a Message; dbus-fast answers None when the bus went away
             reply = cast("Message | None", await asyncio.wait_for(self.raw.call(msg), limit))
-        except TimeoutError as err:
+        except compat.TimeoutErrors as err:
             raise BusError(f"{what}: no answer within {limit or 0:g}s", name=TIMEOUT,
                            kind="timeout", call=what) from err
         except (OSError, EOFError, DBusFastError) as err:
@@ -188,16 +190,16 @@ async def open_bus(address: str, *, limit: float | None = CALL_TIMEOUT,
     where = f"the D-Bus system bus at {address}"
     try:
         raw = MessageBus(bus_address=address, bus_type=BusType.SYSTEM,
-                         auth_timeout=auth_timeout)
+                         **compat.bus_auth_timeout(auth_timeout))
     except (DBusFastError, ValueError) as err:
         raise BusError(f"not a usable D-Bus address: {address}: {err}", name=BAD_ADDRESS,
                        kind="config") from err
     try:
         await asyncio.wait_for(raw.connect(), limit)
-    except (TimeoutError, OSError, EOFError, DBusFastError, ValueError) as err:
+    except (*compat.TimeoutErrors, OSError, EOFError, DBusFastError, ValueError) as err:
         with contextlib.suppress(Exception):
             raw.disconnect()
-        if isinstance(err, TimeoutError):
+        if isinstance(err, compat.TimeoutErrors):
             raise BusError(f"{where} did not answer within {limit or 0:g}s", name=TIMEOUT,
                            kind="timeout") from err
         raise BusError(f"cannot connect to {where}: {err or type(err).__name__}",

@@ -44,6 +44,7 @@ from edgeheal.boundaries.state_dir import (  # re-exported: where callers found 
 
 __all__ = ["LOCK_NAME", "SOCKET_NAME", "ControlError", "ControlServer", "StateDirBusy",
            "StateLock", "call", "lock_state_dir", "parse_request", "socket_path"]
+from edgeheal.base import compat
 
 log = logging.getLogger("edgeheal.control")  # the name operators grep for
 
@@ -140,7 +141,7 @@ class ControlServer:
         try:
             line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
             name, args = parse_request(line)
-        except TimeoutError:
+        except compat.TimeoutErrors:
             self.bad_requests += 1
             return {"ok": False, "error": f"bad request: no request line within "
                     f"{READ_TIMEOUT:g}s"}

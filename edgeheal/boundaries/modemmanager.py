@@ -37,7 +37,6 @@ transport error, so a restarted dbus-daemon or ModemManager costs one failed rea
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import types
@@ -45,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeheal.base import compat
 from edgeheal.boundaries.bus import NO_LIBRARY, Bus, BusError, open_bus, system_address
 
 log = logging.getLogger("edgeheal.modem")  # the name operators grep for
@@ -152,11 +152,11 @@ class ModemManager:
     async def modems(self) -> tuple[Modem, ...]:
         """Every modem ModemManager manages; ``()`` when it runs with none."""
         try:
-            async with asyncio.timeout(self.timeout):
+            async with compat.timeout(self.timeout):
                 (objects,) = await self._call(ROOT_PATH, OBJECT_MANAGER_IFACE,
                                               "GetManagedObjects", signature_out="a{oa{sa{sv}}}")
                 return await self._parse(objects)
-        except TimeoutError:
+        except compat.TimeoutErrors:
             await self._drop()
             raise ModemError(f"ModemManager did not answer within {self.timeout:g}s on "
                              f"{self.bus_address}", reason="timeout") from None
@@ -174,7 +174,7 @@ class ModemManager:
             raise ModemError(f"bearer {bearer.path} has no usable Properties to reconnect with",
                              reason="malformed")
         try:
-            async with asyncio.timeout(self.connect_timeout):
+            async with compat.timeout(self.connect_timeout):
                 try:
                     await self._call(modem.path, SIMPLE_IFACE, "Disconnect", "o",
                                      [bearer.path])
@@ -187,7 +187,7 @@ class ModemManager:
                                 bearer.path, err, extra={"modem": modem.path})
                 (path,) = await self._call(modem.path, SIMPLE_IFACE, "Connect", "a{sv}",
                                            [settings], signature_out="o")
-        except TimeoutError:
+        except compat.TimeoutErrors:
             await self._drop()
             raise ModemError(f"reconnecting {modem.path} took longer than "
                              f"{self.connect_timeout:g}s", reason="timeout") from None

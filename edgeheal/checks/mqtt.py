@@ -45,12 +45,12 @@ Metrics: ``edgeheal_mqtt_up{target,path}`` (1/0) and ``edgeheal_mqtt_connect_sec
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.base import compat
 from edgeheal.checks import Check, Registration, register
 from edgeheal.model import CheckResult, Context, Kind, State
 
@@ -127,8 +127,8 @@ class MqttLinkCheck:
 
     async def run(self) -> CheckResult:
         if self.link.state.reason == "connecting":  # give the first attempt its time
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.1, self.target.timeout * 0.9)):
+            with contextlib.suppress(*compat.TimeoutErrors):
+                async with compat.timeout(max(0.1, self.target.timeout * 0.9)):
                     while self.link.state.reason == "connecting":
                         await self.link.wait_change()
         state = self.link.state

@@ -21,12 +21,12 @@ import difflib
 import math
 import os
 import re
-import tomllib
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from edgeheal.base.compat import tomllib
 from edgeheal.config.schema import Config
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
 from edgeheal.lab import nsutil
 from edgeheal.lab.world import AGENT_PORT, Edge, World
 
@@ -284,7 +285,7 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
             lab.note("lab", "agents started")
         expectations = await asyncio.wait_for(scenario.run(lab), budget)
         await lab.hold(lab.scaled(EPILOGUE, 2 * EPILOGUE))  # the picture shows the end state
-    except TimeoutError:
+    except compat.TimeoutErrors:
         error = f"scenario exceeded its budget of {budget:g}s"
     except Exception as err:  # report it, and still tear everything down
         log.exception("scenario %s failed", scenario.name)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import ClassVar, Self
+from typing import ClassVar
 
 from dbus_fast import BusType, RequestNameReply
 from dbus_fast.aio import MessageBus
 
+from edgeheal.base.compat import Self
 from edgeheal.lab.netns import LabError
 
 

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
 from edgeheal.lab import kubeproxy, nsutil
 from edgeheal.lab.kubeproxy import CLUSTER_CIDR, SERVICE_CIDR
 from edgeheal.lab.mosquitto import Mosquitto
@@ -516,7 +517,7 @@ class World:
         if self.kube is not None:
             try:
                 await asyncio.wait_for(self.kube.close(), 5)
-            except (TimeoutError, OSError) as err:
+            except (*compat.TimeoutErrors, OSError) as err:
                 log.warning("closing the test API server: %s", err)
         await asyncio.to_thread(self.sandbox.close)
 

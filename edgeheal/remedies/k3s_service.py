@@ -52,6 +52,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.base import compat
 from edgeheal.boundaries.bus import (
     DBUS,
     DBUS_PATH,
@@ -242,10 +243,10 @@ class K3sServiceRemedy:
             (job,) = await bus.manager("RestartUnit", "ss", [unit, "replace"])
             job = str(job)
             try:
-                async with asyncio.timeout(self._left(started)):
+                async with compat.timeout(self._left(started)):
                     while job not in jobs:
                         await self._wake(woken, bus)
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 raise RemedyError(f"restart job {job} for {unit} did not finish within "
                                   f"{self.settings.timeout:g}s") from None
             result = jobs[job]
@@ -255,11 +256,11 @@ class K3sServiceRemedy:
                                   f"{state}); see `journalctl -u {unit}`")
             state = await bus.unit_property(path, "ActiveState")
             try:
-                async with asyncio.timeout(self._left(started)):
+                async with compat.timeout(self._left(started)):
                     while state != "active":
                         await self._wake(woken, bus)
                         state = await bus.unit_property(path, "ActiveState")
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 raise RemedyError(f"{unit} was restarted but is not active "
                                   f"{self.settings.timeout:g}s later (ActiveState {state}); "
                                   f"see `journalctl -u {unit}`") from None
@@ -280,7 +281,7 @@ class K3sServiceRemedy:
     async def _wake(woken: asyncio.Event, bus: _Systemd) -> None:
         """Until a signal arrives, or REREAD_INTERVAL passes; fail if the bus went away."""
         bus.bus.check()
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(*compat.TimeoutErrors):
             await asyncio.wait_for(woken.wait(), REREAD_INTERVAL)
         woken.clear()
 

@@ -16,6 +16,7 @@ from referencing import Registry, Resource
 from edgeheal import config
 from edgeheal.agent import endpoints as http
 from edgeheal.agent.supervisor import Agent
+from edgeheal.base import compat
 from edgeheal.checks import Check
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -59,7 +60,7 @@ async def running_agent(tmp_path: Path, checks: list[Check], toml: str = "",
     agent = Agent(cfg, checks=checks, **kw)
     task = asyncio.create_task(agent.run(), name="test.agent")
     try:
-        async with asyncio.timeout(10):
+        async with compat.timeout(10):
             while agent.http_runner is None or not http.bound_ports(agent.http_runner):
                 if task.done():
                     task.result()
@@ -69,5 +70,5 @@ async def running_agent(tmp_path: Path, checks: list[Check], toml: str = "",
             yield Running(agent, f"http://127.0.0.1:{port}", session)
     finally:
         agent.stop_event.set()
-        async with asyncio.timeout(6):
+        async with compat.timeout(6):
             await task

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
+from edgeheal.base.compat import UTC
 from edgeheal.core import debounce
 from edgeheal.model import CheckResult, CheckStatus, State
 

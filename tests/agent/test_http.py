@@ -18,6 +18,7 @@ import pytest
 
 from edgeheal import cli
 from edgeheal.agent import endpoints as http
+from edgeheal.base import compat
 from edgeheal.config import CheckSettings
 from edgeheal.model import State
 from tests.agent.fakes import ScriptedCheck, degraded, failed, ok
@@ -223,8 +224,8 @@ async def _exchange(port: int, payload: bytes) -> bytes:
         with contextlib.suppress(ConnectionError):
             await writer.drain()
         data = b""
-        with contextlib.suppress(ConnectionError, TimeoutError):
-            async with asyncio.timeout(5):  # until closed, or quiet for 0.5 s after a reply
+        with contextlib.suppress(ConnectionError, *compat.TimeoutErrors):
+            async with compat.timeout(5):  # until closed, or quiet for 0.5 s after a reply
                 while chunk := await (reader.read(65536) if not data else
                                       asyncio.wait_for(reader.read(65536), 0.5)):
                     data += chunk
@@ -274,7 +275,7 @@ async def test_connections_that_send_no_request_are_closed(
         silent = await asyncio.open_connection("127.0.0.1", port)
         slow = await asyncio.open_connection("127.0.0.1", port)  # a slowloris
         began = time.monotonic()
-        async with asyncio.timeout(10):
+        async with compat.timeout(10):
             for line in (b"GET /livez HTTP/1.1\r\n", b"Host: x\r\n", b"X-A: 1\r\n",
                          b"X-B: 2\r\n", b"X-C: 3\r\n", b"X-D: 4\r\n", b"X-E: 5\r\n"):
                 with contextlib.suppress(ConnectionError):  # closed under us: fine
@@ -300,7 +301,7 @@ async def test_over_the_connection_cap_the_oldest_is_closed_and_probes_get_throu
         port = int(agent.base.rsplit(":", 1)[1])
         idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]
         try:
-            async with asyncio.timeout(5):
+            async with compat.timeout(5):
                 assert await _closed_by_peer(idle[0][0])  # the oldest went first
             for _ in range(5):  # fresh probes keep getting through
                 status, _ = await agent.get("/livez")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeheal.base import compat
 from edgeheal.boundaries.sd_notify import Notifier
 from edgeheal.config import CheckSettings
 from tests.agent.fakes import ScriptedCheck, ok
@@ -41,7 +42,7 @@ class NotifyListener:
         while not self._stop.is_set():
             try:
                 data = self.sock.recv(4096)
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 continue
             for line in data.decode().splitlines():
                 self.messages.append((time.monotonic(), line))

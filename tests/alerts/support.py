@@ -6,7 +6,7 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import jsonschema
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config
+from edgeheal.base.compat import UTC
 from edgeheal.boundaries.mqtt.link import Link, for_alerts
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from tests.support import Clock, context

@@ -37,6 +37,7 @@ def test_alerts_come_out_oldest_first_and_leave_only_when_acknowledged(tmp_path:
         box.delete(entry.seq)
     assert seen == ids
     assert box.depth() == 0
+    box.close()
 
 
 def test_the_outbox_survives_reopening_with_order_kept(tmp_path: Path) -> None:
@@ -49,6 +50,7 @@ def test_the_outbox_survives_reopening_with_order_kept(tmp_path: Path) -> None:
     assert again.existed
     later = _add(again, 2, prefix="y")
     assert [e.id for e in again.entries()] == first[1:] + later
+    again.close()
 
 
 def test_sequence_numbers_are_never_reused_after_everything_was_delivered(
@@ -60,6 +62,7 @@ def test_sequence_numbers_are_never_reused_after_everything_was_delivered(
         box.delete(entry.seq)
     _add(box, 1, prefix="b")
     assert box.oldest().seq > last  # type: ignore[union-attr]
+    box.close()
 
 
 def test_the_database_is_wal_with_synchronous_full(tmp_path: Path) -> None:
@@ -71,6 +74,7 @@ def test_the_database_is_wal_with_synchronous_full(tmp_path: Path) -> None:
     # a committed row is visible to another connection at once (it is on disk)
     assert db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0] == 1
     db.close()
+    box.close()
 
 
 def test_the_page_cache_is_capped_so_a_backlog_costs_little_memory(tmp_path: Path) -> None:
@@ -78,6 +82,7 @@ def test_the_page_cache_is_capped_so_a_backlog_costs_little_memory(tmp_path: Pat
     assert box._db is not None
     # negative: KiB; SQLite's default is -2000 (docs/footprint.md measures both)
     assert box._db.execute("PRAGMA cache_size").fetchone()[0] == -512
+    box.close()
 
 
 @pytest.mark.parametrize(("max_count", "added", "dropped_total", "kept"), [
@@ -96,6 +101,7 @@ def test_the_count_bound_drops_the_oldest(tmp_path: Path, max_count: int, added:
         dropped += box.add(ids[-1], "agent.test", 0.0, b"{}")
     assert dropped == dropped_total
     assert [e.id for e in box.entries()] == ids[-kept:]
+    box.close()
 
 
 def test_the_dropped_report_is_exempt_from_the_bounds(tmp_path: Path) -> None:
@@ -107,6 +113,7 @@ def test_the_dropped_report_is_exempt_from_the_bounds(tmp_path: Path) -> None:
     wall.now += 3600
     assert box.prune() == 2
     assert [e.id for e in box.entries()] == ["d"]
+    box.close()
 
 
 def test_the_age_bound_drops_only_alerts_older_than_max_age(tmp_path: Path) -> None:
@@ -119,6 +126,7 @@ def test_the_age_bound_drops_only_alerts_older_than_max_age(tmp_path: Path) -> N
     assert box.prune() == 2
     assert [e.id for e in box.entries()] == ["new0000", "new0001"]
     assert box.prune() == 0
+    box.close()
 
 
 def test_a_pending_alert_can_be_updated_in_place(tmp_path: Path) -> None:
@@ -130,6 +138,7 @@ def test_a_pending_alert_can_be_updated_in_place(tmp_path: Path) -> None:
     assert box.replace(entry.seq, b'{"n":2}')
     assert box.entries()[0].payload == b'{"n":2}'
     assert [e.id for e in box.entries()] == ["d", "a0000"]
+    box.close()
 
 
 def test_a_corrupt_database_is_moved_aside_and_a_new_one_started(
@@ -142,6 +151,7 @@ def test_a_corrupt_database_is_moved_aside_and_a_new_one_started(
     assert "is corrupt" in caplog.text
     _add(box, 1)
     assert box.depth() == 1
+    box.close()
 
 
 def test_meta_values_persist(tmp_path: Path) -> None:
@@ -149,4 +159,6 @@ def test_meta_values_persist(tmp_path: Path) -> None:
     box.set_meta("k", "v1")
     box.set_meta("k", "v2")
     box.close()
-    assert Outbox(tmp_path / "o.db", max_count=10, max_age=60).get_meta("k") == "v2"
+    again = Outbox(tmp_path / "o.db", max_count=10, max_age=60)
+    assert again.get_meta("k") == "v2"
+    again.close()

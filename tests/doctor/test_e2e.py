@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
+from edgeheal.base import compat
 from edgeheal.lab import nsutil
 from edgeheal.lab.kubeapi import FakeKube
 from edgeheal.lab.mosquitto import Mosquitto
@@ -101,7 +102,7 @@ async def doctor(lab: Lab, config: Path, *args: str, clock: str = "synced",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), 90)
-    except TimeoutError:
+    except compat.TimeoutErrors:
         proc.kill()
         await proc.wait()
         raise

@@ -163,7 +163,9 @@ def test_a_permission_error_is_not_corruption(tmp_path: Path) -> None:
     assert seen == {"fault": "permission", "depth": 3, "memory": 3}
     assert (state / OUTBOX_FILE).exists()
     assert not list(state.glob("*.corrupt-*"))
-    assert Outbox(state / OUTBOX_FILE, max_count=10, max_age=60).depth() == 1
+    reopened = Outbox(state / OUTBOX_FILE, max_count=10, max_age=60)
+    assert reopened.depth() == 1
+    reopened.close()
 
 
 def test_a_full_disk_keeps_raising_alerts_and_counts_what_memory_cannot_hold(

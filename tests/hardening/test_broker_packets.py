@@ -89,6 +89,7 @@ def _target(port: int, **kw: object) -> MqttTarget:
 
 CHILD = r"""
 import asyncio, json, sys
+from edgeheal.base import compat
 from edgeheal.config import MqttTarget
 port, mode = int(sys.argv[1]), sys.argv[2]
 target = MqttTarget(name="fake", host="127.0.0.1", port=port, timeout=8.0, keepalive=30)
@@ -102,7 +103,7 @@ async def main():
     link = Link(target, "edge-1", min_delay=5.0)
     task = asyncio.create_task(link.run())
     seen = []
-    async with asyncio.timeout(8):
+    async with compat.timeout(8):
         while True:
             await link.wait_change()
             seen.append(link.state.reason)

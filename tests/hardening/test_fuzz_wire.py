@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from edgeheal.base import compat
 from edgeheal.boundaries import wg
 from edgeheal.boundaries.mqtt import REASONS, probe
 from edgeheal.boundaries.mqtt.link import Link
@@ -242,10 +243,10 @@ def test_the_alert_link_turns_any_broker_reply_into_a_state(reply: bytes) -> Non
         link = Link(target, "edge-1", min_delay=5.0)
         task = asyncio.create_task(link.run())
         try:
-            async with asyncio.timeout(3):
+            async with compat.timeout(3):
                 while link.state.reason in ("connecting", "ok"):
                     await link.wait_change()
-        except TimeoutError:
+        except compat.TimeoutErrors:
             pass
         finally:
             link.abort()

@@ -28,6 +28,7 @@ from typing import Any
 from prometheus_client.metrics_core import Metric
 
 from edgeheal.agent import endpoints as http
+from edgeheal.base import compat
 from edgeheal.boundaries import wg
 from edgeheal.checks import wireguard as wgcheck
 from edgeheal.config import CheckSettings
@@ -161,7 +162,7 @@ async def test_readyz_answers_while_four_scrapers_render_5000_peers(tmp_path: Pa
                 status, _ = await agent.get("/readyz")
                 probes.append((began, time.monotonic(), status))
                 await asyncio.sleep(0.05)
-            async with asyncio.timeout(60):
+            async with compat.timeout(60):
                 out, _ = await scrapers.communicate()
         finally:
             if scrapers.returncode is None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from edgeheal.agent.remediation import Remediator
+from edgeheal.base import compat
 from edgeheal.boundaries import kube
 from edgeheal.boundaries.kube import KubeClient, KubeError
 from edgeheal.config import KubernetesSettings
@@ -206,7 +207,7 @@ async def test_a_real_agent_keeps_the_token_out_of_status_and_its_log(
             proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), 15)
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 proc.kill()
                 await proc.wait()
     log_text = log_file.read_text()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from edgeheal.base import compat
 from edgeheal.lab.kubeapi import Credentials, FakeKube
 
 NODE, OTHER = "edge-1", "edge-2"
@@ -59,7 +60,7 @@ class Kubectl:
         proc = await self.start(*args)
         try:
             out, err = await asyncio.wait_for(proc.communicate(), 30.0)
-        except TimeoutError:
+        except compat.TimeoutErrors:
             proc.kill()
             await proc.communicate()
             raise

@@ -3,13 +3,13 @@ the shipped variant sets only what names the world."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from edgeheal import config
+from edgeheal.base.compat import tomllib
 from edgeheal.lab.agent_config import render
 from edgeheal.lab.world import AGENT_PORT, BROKER_CLUSTER_IP, Edge
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from pathlib import Path
 
 import pytest
 
+from edgeheal.base import compat
 from edgeheal.boundaries.mqtt import probe
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from tests.mqtt.conftest import PASSWORD, FakePeer, target_for
@@ -86,7 +86,7 @@ async def test_a_peer_that_never_answers_is_a_timeout_bounded_by_the_deadline(
 async def test_the_default_deadline_stays_inside_the_supervisors_timeout(
         broker: Mosquitto, silent_peer: FakePeer) -> None:
     target = target_for(broker, port=silent_peer.port, timeout=1.0)
-    async with asyncio.timeout(target.timeout):  # what the agent wraps around run()
+    async with compat.timeout(target.timeout):  # what the agent wraps around run()
         result = await probe(target, "edge-1")
     assert result.reason == "timeout"
 

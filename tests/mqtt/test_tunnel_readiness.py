@@ -27,7 +27,6 @@ import contextlib
 import secrets
 import sys
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +34,8 @@ from typing import Any
 
 import pytest
 
+from edgeheal.base import compat
+from edgeheal.base.compat import tomllib
 from edgeheal.config import MqttTarget
 from edgeheal.lab import nsutil
 from edgeheal.lab.mosquitto import Mosquitto
@@ -78,7 +79,7 @@ class Site:
             for path in ("/probe/broker-tunnel", "/readyz"):
                 code, _ = await self.get(path)
                 self.codes.append((time.monotonic(), path, code))
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(*compat.TimeoutErrors):
                 await asyncio.wait_for(stop.wait(), 0.5)
 
     def first(self, path: str, code: int, after: float) -> float | None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
 from edgeheal.lab import nspawn
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -307,7 +308,7 @@ class VM:
             self._chan.settimeout(min(left, 1.0))
             try:
                 chunk = self._chan.recv(65536)
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 continue
             if not chunk:
                 raise BedError(f"the guest channel closed: {self._tail()}")
@@ -349,7 +350,7 @@ class VM:
             self._qmp.settimeout(max(0.1, min(deadline - time.monotonic(), 1.0)))
             try:
                 chunk = self._qmp.recv(65536)
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 if time.monotonic() > deadline:
                     raise BedError("QMP did not answer") from None
                 continue

@@ -32,9 +32,10 @@ import sys
 import time
 import traceback
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from edgeheal.base.compat import UTC
 from edgeheal.checks.wireguard import WireguardCheck
 from edgeheal.core import debounce
 from edgeheal.model import CheckStatus

@@ -24,6 +24,7 @@ from typing import Any
 from edgeheal import remedies
 from edgeheal import settings as validation
 from edgeheal.agent.remediation import modes
+from edgeheal.base import compat
 from edgeheal.config import ConfigError
 from edgeheal.remedies import RemedyError
 
@@ -100,7 +101,7 @@ async def reauthorize() -> dict[str, Any]:
 
     watcher = asyncio.create_task(watch())
     try:
-        async with asyncio.timeout(bound):
+        async with compat.timeout(bound):
             outcome = await remedy.restart()
         out["restart_seconds"] = round(time.monotonic() - t0, 3)
         out["target"] = outcome.target

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from edgeheal import config as cfg
+from edgeheal.base.compat import UTC
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from edgeheal.remedies import Availability, RemedyError, RemedyOutcome
 from tests.support import Clock, until

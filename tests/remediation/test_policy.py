@@ -9,11 +9,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
 
+from edgeheal.base.compat import UTC
 from edgeheal.config import RemediationSettings, loads
 from edgeheal.core import flannel_ladder as policy
 from edgeheal.core.flannel_ladder import History, Record, TunnelView, decide, view_of

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from edgeheal.agent.remediation import Remediator
+from edgeheal.base.compat import UTC
 from edgeheal.config import Config, loads
 from edgeheal.lab.systemd_bus import Behaviour, FakeSystemd, SystemBus
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State

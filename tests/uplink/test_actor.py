@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from edgeheal import config as cfg
 from edgeheal.agent.remediation import Remediator, build_uplink
 from edgeheal.agent.remediation.uplink_actor import UplinkRemediator
+from edgeheal.base.compat import UTC
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 from edgeheal.remedies import Availability, RemedyOutcome
 from tests.support import Clock

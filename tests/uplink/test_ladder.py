@@ -209,7 +209,9 @@ def test_a_cured_rung_resets_the_ladder_to_rung_one() -> None:
 
 
 def status(name: str, state: State, reason: str, since: float) -> CheckStatus:
-    from datetime import UTC, datetime
+    from datetime import datetime
+
+    from edgeheal.base.compat import UTC
 
     return CheckStatus(name=name, state=state, reason=reason, message="",
                        since=datetime(2026, 1, 1, tzinfo=UTC), since_mono=since, detail={},

@@ -7,9 +7,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from edgeheal.base.compat import UTC
 from edgeheal.checks.wireguard import WireguardCheck
 from edgeheal.core import debounce
 from edgeheal.lab.wireguard import WgMesh

@@ -14,6 +14,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING
 
+from edgeheal.base import compat
 from edgeheal.boundaries.mqtt import MqttError
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ async def drain(engine: AlertEngine, link: Link) -> None:
                 entry = await engine.outbox.run(engine.outbox.oldest)
                 if entry is None:
                     engine._wake.clear()
-                    with contextlib.suppress(TimeoutError):
+                    with contextlib.suppress(*compat.TimeoutErrors):
                         await asyncio.wait_for(engine._wake.wait(), engine.pause())
                     continue
                 await link.publish(engine.alerts_topic, entry.payload)

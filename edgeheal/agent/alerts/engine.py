@@ -60,6 +60,7 @@ from edgeheal.agent.alerts.outbox import DROPPED_KIND, RETRY_EVERY, Outbox
 from edgeheal.agent.alerts.payload import Alert, UlidFactory
 from edgeheal.agent.alerts.payload import build as build_alert
 from edgeheal.agent.alerts.selftest import AlertTest
+from edgeheal.base import compat
 from edgeheal.base.statefile import Reset
 from edgeheal.core.path_verdict import targets
 from edgeheal.model import CheckStatus, Snapshot, State, rfc3339
@@ -323,7 +324,7 @@ class AlertEngine:
         if self.link is None:
             while True:
                 await self.outbox.run(self._prune)
-                with contextlib.suppress(TimeoutError):
+                with contextlib.suppress(*compat.TimeoutErrors):
                     await asyncio.wait_for(self._wake.wait(), self.pause())
                 self._wake.clear()
         link = self.link

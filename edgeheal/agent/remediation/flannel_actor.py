@@ -46,6 +46,7 @@ from edgeheal.agent.remediation import modes, operator
 from edgeheal.agent.remediation.history import HISTORY_FILE, Store, Timeline, boot_id, boottime
 from edgeheal.agent.remediation.metrics import KNOWN, LadderMetrics
 from edgeheal.agent.remediation.reporting import NodeReporter
+from edgeheal.base import compat
 from edgeheal.core import flannel_ladder as policy
 from edgeheal.core.flannel_ladder import Action, History, Record
 from edgeheal.core.path_verdict import targets
@@ -292,7 +293,7 @@ class Remediator:
         target, result = "", "failed"
         try:
             try:
-                async with asyncio.timeout(self.restart_bound(mode)):
+                async with compat.timeout(self.restart_bound(mode)):
                     outcome = await remedy.restart()
             except RemedyError as err:
                 result = "config_problem" if err.config_problem else "failed"
@@ -342,7 +343,7 @@ class Remediator:
 
     def _unfinished(self, err: Exception, mode: str) -> str:
         """What a restart that ended with ``err`` (not a RemedyError) says in its alert."""
-        if isinstance(err, TimeoutError):
+        if isinstance(err, compat.TimeoutErrors):
             return f"restart did not finish within {self.restart_bound(mode):g}s"
         log.error("remediation: the %s remedy failed unexpectedly", mode, exc_info=err)
         return (f"restart failed: unexpected {type(err).__name__} in the {mode} remedy (a "

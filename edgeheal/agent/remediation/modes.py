@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgeheal import remedies
+from edgeheal.base import compat
 from edgeheal.core.flannel_ladder import NO_REMEDY
 from edgeheal.remedies import Availability, Needs, Remedy, RemedyError
 
@@ -66,7 +67,7 @@ def factory(config: Config, kube: Callable[[], KubeClient],
 async def probe(remedy: Remedy) -> Availability:
     try:
         return await asyncio.wait_for(remedy.probe(), PROBE_TIMEOUT)
-    except TimeoutError:
+    except compat.TimeoutErrors:
         return Availability(False, f"probe timed out after {PROBE_TIMEOUT:g}s")
     except RemedyError as err:
         return Availability(False, str(err))

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgeheal.base import compat
 from edgeheal.base.ifglob import matches
 from edgeheal.boundaries.kernel import pyroute2_light as _pyroute2
 
@@ -227,9 +228,9 @@ async def reachable(host: str, port: int, limit: float) -> str:
     wrong (``timeout``, the errno's name)."""
     writer = None
     try:
-        async with asyncio.timeout(limit):
+        async with compat.timeout(limit):
             _, writer = await asyncio.open_connection(host, port)
-    except TimeoutError:
+    except compat.TimeoutErrors:
         return "timeout"
     except ConnectionRefusedError:
         return "ok"

@@ -30,10 +30,12 @@ import json
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.base import compat
 from edgeheal.base.bare_import import skip_init
+from edgeheal.base.compat import UTC
 from edgeheal.boundaries.kube.answers import (
     BODY_MAX,
     ERROR_BODY_MAX,
@@ -187,11 +189,11 @@ class KubeClient(NodeCalls):
         attempt = 0
         while True:
             try:
-                async with asyncio.timeout(ATTEMPT_FACTOR * self.settings.request_timeout):
+                async with compat.timeout(ATTEMPT_FACTOR * self.settings.request_timeout):
                     code, reply, answer = await self._exchange(
                         http, method, path, what, params=params, content=content,
                         headers=headers)
-            except (httpx2.TimeoutException, TimeoutError):
+            except (httpx2.TimeoutException, *compat.TimeoutErrors):
                 problem: str = f"timed out after {self.settings.request_timeout:g}s"
                 status, retry_after = None, None
                 cause: Exception = KubeError(problem)
@@ -372,7 +374,7 @@ class KubeClient(NodeCalls):
                     if pod.ready and pod.phase == "Running":
                         return pod
             try:
-                async with asyncio.timeout(left):
+                async with compat.timeout(left):
                     async for kind, pod in self.watch_pods(namespace, label_selector, node,
                                                            version, left):
                         if kind in ("ADDED", "MODIFIED") and pod.uid != old_uid \
@@ -380,7 +382,7 @@ class KubeClient(NodeCalls):
                             last = pod
                             if pod.ready and pod.phase == "Running":
                                 return pod
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 break
             except KubePermissionError:
                 raise

@@ -32,6 +32,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
+from edgeheal.base import compat
 from edgeheal.boundaries.mqtt import MqttError, ProbeResult, client_id, string_problem
 from edgeheal.boundaries.mqtt.transport import FramingError, Tap, TlsResumption, open_socket, where
 from edgeheal.config import MqttTarget
@@ -197,7 +198,7 @@ class Connection:
         if client is not None and self.connected and not self.closed.done():
             self._disconnecting = True
             client.disconnect()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(*compat.TimeoutErrors):
                 await asyncio.wait_for(asyncio.shield(self.closed), limit)
         self.abort()
 
@@ -369,14 +370,14 @@ async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
     conn = Connection(target, node, keepalive=max(60.0, target.keepalive),
                       resume=resume)
     try:
-        async with asyncio.timeout(limit):
+        async with compat.timeout(limit):
             rtt = await conn.connect()
     except MqttError as err:
         conn.abort()
         if resume is not None:
             resume.reset()
         return ProbeResult(err.reason, None, err.message, conn.tcp_seconds)
-    except TimeoutError:
+    except compat.TimeoutErrors:
         stage = conn.stage[0]
         conn.abort()
         if resume is not None:

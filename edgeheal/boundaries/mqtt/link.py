@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgeheal.base import compat
 from edgeheal.boundaries.mqtt import MqttError
 
 if TYPE_CHECKING:
@@ -136,12 +137,12 @@ class Link:
             conn = Connection(self.target, self.node, keepalive=self.target.keepalive)
             try:
                 conn.will = will() if will else None
-                async with asyncio.timeout(self.target.timeout):
+                async with compat.timeout(self.target.timeout):
                     rtt = await conn.connect()
             except MqttError as err:
                 conn.abort()
                 self._down(err.reason, err.message, attempt)
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 stage = conn.stage[0]
                 conn.abort()
                 self._down("timeout", f"no progress within {self.target.timeout:g}s "
@@ -205,7 +206,7 @@ class Link:
         limit = limit if limit is not None else 2 * max(1.0, self.target.keepalive)
         try:
             await asyncio.wait_for(asyncio.shield(fut), limit)
-        except TimeoutError as err:
+        except compat.TimeoutErrors as err:
             conn.abort(MqttError("timeout", f"{self.target.name}: no PUBACK within "
                                  f"{limit:g}s"))
             raise MqttError("timeout", f"{self.target.name}: no PUBACK within "

@@ -28,13 +28,13 @@ anything else, including any malformed message -> :class:`ProtocolError`.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import ipaddress
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from edgeheal.base import compat
 from edgeheal.boundaries.kernel import pyroute2_light as _pyroute2
 from edgeheal.boundaries.wg.readings import (
     DeviceStats,
@@ -57,14 +57,14 @@ async def read(ifname: str, *, answer_within: float = 2.0) -> DeviceStats:
 
     sock = AsyncWireGuard()
     try:
-        async with asyncio.timeout(answer_within):
+        async with compat.timeout(answer_within):
             await sock.setup_endpoint()
             msgs = [m async for m in await sock.info(ifname)]
     except NetlinkError as err:
         raise _error(ifname, err.code, str(err)) from err
     except PermissionError as err:
         raise PermissionDenied(ifname, f"netlink: {err.strerror}") from err
-    except TimeoutError:
+    except compat.TimeoutErrors:
         raise ProtocolError(ifname, f"netlink: no answer within {answer_within:g}s") from None
     except OSError as err:
         raise _error(ifname, err.errno or 0, err.strerror or str(err)) from err

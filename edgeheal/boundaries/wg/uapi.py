@@ -29,6 +29,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeheal.base import compat
 from edgeheal.boundaries.wg.readings import (
     DeviceStats,
     NoSuchDevice,
@@ -49,7 +50,7 @@ async def read(ifname: str, *, uapi_dir: Path, answer_within: float = 2.0) -> De
     """Ask the daemon behind ``uapi_dir/<ifname>.sock`` for its device and peers."""
     path = uapi_dir / f"{ifname}.sock"
     try:
-        async with asyncio.timeout(answer_within):
+        async with compat.timeout(answer_within):
             answer = await _exchange(path)
     except FileNotFoundError:
         raise NoSuchDevice(ifname, f"no userspace API socket at {path}") from None
@@ -57,7 +58,7 @@ async def read(ifname: str, *, uapi_dir: Path, answer_within: float = 2.0) -> De
         raise NoSuchDevice(ifname, f"nothing listens on {path} (daemon gone)") from None
     except PermissionError as err:
         raise PermissionDenied(ifname, f"cannot open {path}: {err.strerror}") from err
-    except TimeoutError:
+    except compat.TimeoutErrors:
         raise ProtocolError(
             ifname, f"no complete answer on {path} within {answer_within:g}s") from None
     except OSError as err:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from edgeheal.base.compat import UTC
 
 Obj = dict[str, Any]
 

@@ -23,10 +23,12 @@ import contextlib
 import copy
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from aiohttp import web
 
+from edgeheal.base import compat
+from edgeheal.base.compat import UTC
 from edgeheal.lab.kubeapi import discovery
 from edgeheal.lab.kubeapi.selectors import (
     SelectorError,
@@ -185,7 +187,7 @@ class Reads(Store):
                 wait = min(left, self.bookmark_interval) if bookmarks else left
                 try:
                     kind_, obj = await asyncio.wait_for(watcher.queue.get(), wait)
-                except TimeoutError:
+                except compat.TimeoutErrors:
                     if bookmarks:
                         await resp.write(bookmark())
                     continue

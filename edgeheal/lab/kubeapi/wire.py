@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from aiohttp import web
 
+from edgeheal.base.compat import UTC
 from edgeheal.lab.kubeapi import discovery
 
 Obj = dict[str, Any]

@@ -19,10 +19,11 @@ from __future__ import annotations
 import copy
 import secrets
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from aiohttp import web
 
+from edgeheal.base.compat import UTC
 from edgeheal.lab.kubeapi.controller import Controller
 from edgeheal.lab.kubeapi.wire import (
     NAME_CHARS,

@@ -9,9 +9,10 @@ synchronized the clock; ``TIME_ERROR`` means the same from the state machine's s
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from edgeheal.base.compat import UTC
 from edgeheal.tools.doctor.finding import Finding, fail, ok, warn
 
 if TYPE_CHECKING:

@@ -16,6 +16,7 @@ import re
 import stat
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.base import compat
 from edgeheal.tools.doctor.finding import Finding, fail, ok, skip
 from edgeheal.tools.doctor.system import NoBus
 
@@ -45,7 +46,7 @@ async def unit(config: Config, system: System) -> tuple[Finding, str | None]:
         states = {n: await system.unit(system.bus_address, n) for n in names}
     except NoBus as err:
         return skip(name, f"{err}: cannot look the unit up"), None
-    except (OSError, RuntimeError, TimeoutError) as err:
+    except (OSError, RuntimeError, *compat.TimeoutErrors) as err:
         return fail(name, f"systemd did not answer: {err}", "check `systemctl status`"), None
     loaded = [n for n, p in states.items() if p.get("LoadState") == "loaded"]
     if not loaded:
@@ -68,7 +69,7 @@ async def agent_user(system: System) -> str:
     """The user edgeheal.service runs as (the shipped unit's when systemd cannot tell)."""
     try:
         props = await system.unit(system.bus_address, AGENT_UNIT)
-    except (NoBus, OSError, RuntimeError, TimeoutError):
+    except (NoBus, OSError, RuntimeError, *compat.TimeoutErrors):
         return DEFAULT_USER
     if not props:
         return DEFAULT_USER

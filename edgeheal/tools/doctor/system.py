@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeheal.base import compat
 from edgeheal.boundaries.kernel import pyroute2_light as _pyroute2
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ async def echo(address: str, size: int, wait: float) -> str:
             packet = struct.pack("!BBHHH", request, 0, _checksum(packet), ident, seq) + payload
         loop = asyncio.get_running_loop()
         try:
-            await loop.sock_sendto(sock, packet, (address, 0))
+            await compat.sock_sendto(loop, sock, packet, (address, 0))
         except OSError as err:
             if err.errno == errno.EMSGSIZE:
                 return "too_big"
@@ -224,7 +225,7 @@ async def echo(address: str, size: int, wait: float) -> str:
         while (left := deadline - time.monotonic()) > 0:
             try:
                 data = await asyncio.wait_for(loop.sock_recv(sock, 65535), left)
-            except TimeoutError:
+            except compat.TimeoutErrors:
                 break
             if raw and addr.version == 4:
                 data = data[(data[0] & 0x0F) * 4:]  # a raw IPv4 socket gets the IP header
@@ -271,10 +272,11 @@ async def unit_properties(address: str, unit: str) -> dict[str, Any]:
     from dbus_fast import BusType, Message, MessageType
     from dbus_fast.aio import MessageBus
 
-    bus = MessageBus(bus_address=address, bus_type=BusType.SYSTEM, auth_timeout=BUS_TIMEOUT)
+    bus = MessageBus(bus_address=address, bus_type=BusType.SYSTEM,
+                     **compat.bus_auth_timeout(BUS_TIMEOUT))
     try:
         await asyncio.wait_for(bus.connect(), BUS_TIMEOUT)
-    except (OSError, TimeoutError) as err:
+    except (OSError, *compat.TimeoutErrors) as err:
         raise NoBus(f"cannot connect to the system bus at {address}: {err}") from err
 
     async def call(path: str, interface: str, member: str, signature: str,
