@@ -12,7 +12,9 @@ Two ways of observing, both free of threads and subprocesses:
   is a CONNECT answered by CONNACK, every later one a PINGREQ answered by PINGRESP (160
   bytes instead of a connection's 644); a session lost between probes is made again in
   the probe, one that does not answer fails it and the next probe connects afresh (with
-  TLS resuming the previous session). Frugal in health, quick
+  TLS resuming the previous session); a failed tunnel-path probe asks the alert link to
+  confirm itself at once (:meth:`edgeheal.boundaries.mqtt.link.Link.confirm`), so the
+  direct path's verdict is fresh when the paths are compared. Frugal in health, quick
   in doubt: after a failed probe (or while the target is not ok) the agent re-probes
   after ``retry_interval`` (2 s) rather than ``interval``, so ``fail_after`` and
   ``recover_after`` are reached in seconds; and the WireGuard check, when its counters
@@ -109,6 +111,8 @@ class MqttProbeCheck:
 
             self._session = Session(self.target, self.ctx.config.node)
         result: ProbeResult = await self._session.check()
+        if not result.ok and self.target.path == "tunnel" and self.ctx.alert_link is not None:
+            self.ctx.alert_link.confirm()  # is it the tunnel, or the uplink? ask now
         self.metrics.record(self.target, result.ok, result.rtt_seconds)
         detail = {**_detail(self.target), "kept_open": True,
                   "connects": self._session.connects}
