@@ -8,9 +8,11 @@ where a PINGREQ answered by PINGRESP on an open connection is 160 bytes in 3 pac
 proves the same thing: the broker answers MQTT over this path, now. With TLS the saving
 is larger still (a resumed handshake is ~2 KB). A session that was lost between checks
 (the broker restarted, closed us) is made again in the same check, so what a check
-reports is what a fresh probe would have reported; a ping that gets no answer within the
-deadline ends the session and fails the check (``timeout``), and the next check connects
-afresh, so a dead path is confirmed at the same cadence as with one probe per check.
+reports is what a fresh probe would have reported; a ping that gets no answer within
+:data:`PING_GRACE` ends the session, and a new connection in what is left of the deadline
+gives the check's result (a dead path's ``timeout``, or ``unreachable`` at once when the
+route is gone, which an established connection would only retry), so a dead path is
+confirmed as fast as with one probe per check.
 Through the tunnel the session's TCP flow is inside WireGuard, so no carrier NAT times it
 out; on the direct path one ping per minute is far below the carrier NATs' TCP timeouts.
 
@@ -34,6 +36,9 @@ log = logging.getLogger("edgeheal.mqtt.client")  # the name operators grep for
 
 __all__ = ("Session", "connect", "probe", "session_keepalive")
 
+PING_GRACE = 1.0
+"""Seconds a ping may take before the check asks a new connection instead: a broker answers
+in a round trip, and TCP retransmits a lost PINGREQ within about 0.2-0.6 s."""
 DEFAULT_INTERVAL = 60.0
 """The cadence assumed for a target without an ``interval`` of its own."""
 
@@ -117,12 +122,12 @@ class Session:
         began = time.monotonic()
         if conn is not None and self.open:
             try:
-                ping = await conn.ping(limit)
+                ping = await conn.ping(min(PING_GRACE, limit / 2))
             except MqttError as err:
+                # no answer in time, or closed under us (a FIN or RST not read yet): a new
+                # connection says what the path does now, in what is left of the deadline
+                # (at once when the route is gone: an established connection only retries)
                 self._forget(reset=err.reason == "timeout")
-                if err.reason == "timeout":  # no answer: the path or the broker is dead
-                    return ProbeResult(err.reason, None, err.message)
-                # closed under us (a FIN or RST not read yet): lost, so make it again
             except BaseException:
                 self._forget(reset=True)
                 raise

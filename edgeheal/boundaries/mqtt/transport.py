@@ -21,7 +21,6 @@ buffers a byte of it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import socket
 import ssl
@@ -78,20 +77,6 @@ async def _resolve(target: MqttTarget) -> list[tuple[Any, ...]]:
                         f"{err.strerror}") from err
 
 
-_RECVERR: dict[int, tuple[int, int]] = {
-    socket.AF_INET: (socket.IPPROTO_IP, 11),  # IP_RECVERR (Linux)
-    socket.AF_INET6: (socket.IPPROTO_IPV6, 25)}  # IPV6_RECVERR
-
-
-def _hard_icmp_errors(sock: socket.socket, family: int) -> None:
-    """An ICMP unreachable ends the connection at once, as it fails a new one's connect:
-    without it, Linux keeps it as a soft error on an established connection, and a kept-open
-    session's PINGREQ waits out its deadline (WireGuard answers a send failure so)."""
-    if family in _RECVERR:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(*_RECVERR[family], 1)
-
-
 async def _wait_fd(fd: int, *, write: bool) -> None:
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
@@ -146,7 +131,6 @@ async def open_socket(target: MqttTarget, stage: list[str],
         try:
             candidate.setblocking(False)
             candidate.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            _hard_icmp_errors(candidate, family)
             await loop.sock_connect(candidate, addr)
         except OSError as err:
             candidate.close()
