@@ -233,6 +233,10 @@ class AlertLink(Protocol):
     async def wait_change(self) -> None:
         """Return at the next change of :attr:`state`."""
 
+    def confirm(self) -> None:
+        """Ask the broker now (not at the next keepalive) whether the link still works;
+        returns at once, :attr:`state` follows within the target's ``timeout``."""
+
 
 async def _no_feed(version: int, at_most: float | None) -> None:
     """:attr:`Context.changed` without an agent: nothing is published, so wait ``at_most``."""

@@ -7,9 +7,14 @@ difference into a diagnosis (:mod:`edgeheal.core.path_verdict`).
 
 Two ways of observing, both free of threads and subprocesses:
 
-- an ordinary target is probed every ``interval`` (default 60 s): one CONNECT answered by
-  CONNACK, then DISCONNECT (:func:`edgeheal.boundaries.mqtt.probe`); with TLS the session is resumed
-  from the previous probe, which keeps the bytes per probe small. Frugal in health, quick
+- an ordinary target is probed every ``interval`` (default 60 s) over a session kept
+  open between probes (:class:`edgeheal.boundaries.mqtt.session.Session`): the first probe
+  is a CONNECT answered by CONNACK, every later one a PINGREQ answered by PINGRESP (160
+  bytes instead of a connection's 644); a session lost between probes is made again in
+  the probe, one that does not answer fails it and the next probe connects afresh (with
+  TLS resuming the previous session); a failed tunnel-path probe asks the alert link to
+  confirm itself at once (:meth:`edgeheal.boundaries.mqtt.link.Link.confirm`), so the
+  direct path's verdict is fresh when the paths are compared. Frugal in health, quick
   in doubt: after a failed probe (or while the target is not ok) the agent re-probes
   after ``retry_interval`` (2 s) rather than ``interval``, so ``fail_after`` and
   ``recover_after`` are reached in seconds; and the WireGuard check, when its counters
@@ -56,6 +61,7 @@ from edgeheal.model import CheckResult, Context, Kind, State
 
 if TYPE_CHECKING:
     from edgeheal.boundaries.mqtt import ProbeResult
+    from edgeheal.boundaries.mqtt.session import Session
     from edgeheal.config import CheckSettings, Config, MqttTarget
     from edgeheal.model import AlertLink
 
@@ -91,27 +97,35 @@ def _detail(target: MqttTarget) -> dict[str, Any]:
 
 
 class MqttProbeCheck:
-    """Probes one target with a full CONNECT/CONNACK/DISCONNECT per run."""
+    """Probes one target per run: a PINGREQ on its kept-open session, or a CONNECT."""
 
     def __init__(self, ctx: Context, target: MqttTarget, metrics: _Metrics) -> None:
         self.name = target.name
         self.settings: CheckSettings = target
         self.ctx, self.target, self.metrics = ctx, target, metrics
-        self._resume: Any = None
+        self._session: Session | None = None
 
     async def run(self) -> CheckResult:
-        from edgeheal.boundaries.mqtt import probe  # the boundary on demand
-        from edgeheal.boundaries.mqtt.transport import TlsResumption
+        if self._session is None:
+            from edgeheal.boundaries.mqtt.session import Session  # the boundary on demand
 
-        if self._resume is None and self.target.tls:
-            self._resume = TlsResumption()
-        result: ProbeResult = await probe(self.target, self.ctx.config.node,
-                                          resume=self._resume)
+            self._session = Session(self.target, self.ctx.config.node)
+        result: ProbeResult = await self._session.check()
+        if not result.ok and self.target.path == "tunnel" and self.ctx.alert_link is not None:
+            self.ctx.alert_link.confirm()  # is it the tunnel, or the uplink? ask now
         self.metrics.record(self.target, result.ok, result.rtt_seconds)
-        detail = _detail(self.target)
+        detail = {**_detail(self.target), "kept_open": True,
+                  "connects": self._session.connects}
         if result.rtt_seconds is not None:
             detail["connect_seconds"] = round(result.rtt_seconds, 6)
+        if result.ping_seconds is not None:
+            detail["ping_seconds"] = round(result.ping_seconds, 6)
         return CheckResult(STATES[result.reason], result.reason, result.message, detail)
+
+    async def close(self) -> None:
+        """The agent's shutdown: DISCONNECT the kept-open session."""
+        if self._session is not None:
+            await self._session.close()
 
 
 class MqttLinkCheck:

@@ -46,6 +46,8 @@ async def test_each_target_is_a_check_named_after_it_with_metrics(
                                 {"target": "broker-off", "path": "direct"}) == 0
     assert reg.get_sample_value("edgeheal_mqtt_connect_seconds",
                                 {"target": "broker-direct"}) > 0
+    for check in checks:
+        await check.close()  # type: ignore[attr-defined]
 
 
 @pytest.mark.netns
@@ -137,4 +139,11 @@ async def test_tls_probes_resume_the_session_run_after_run(
     for _ in range(3):
         result = await check.run()
         assert (result.state, result.reason) == (State.OK, "ok"), result.message
-    assert check._resume.session is not None  # type: ignore[attr-defined]
+    session = check._session  # type: ignore[attr-defined]
+    assert session.resume.session is not None
+    assert (session.connects, result.detail["connects"]) == (1, 1)  # one handshake, pings after
+    session._conn.abort()  # lost between probes: the next probe resumes the TLS session
+    result = await check.run()
+    assert (result.state, session.connects) == (State.OK, 2), result.message
+    assert session._conn._tap.sock.session_reused
+    await check.close()  # type: ignore[attr-defined]

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from edgeheal.base import compat
 from edgeheal.boundaries.mqtt import MqttError
 from edgeheal.boundaries.mqtt.link import Link
 from edgeheal.config import MqttTarget
@@ -167,3 +168,39 @@ async def test_a_silently_dead_path_is_noticed_by_keepalive_within_two_periods(
         await asyncio.gather(task, return_exceptions=True)
         await link.close()
         await hole.close()
+
+
+@pytest.mark.netns
+async def test_a_confirmation_finds_a_silent_broker_long_before_the_keepalive(
+        broker: Mosquitto) -> None:
+    """confirm() asks at once: a broker that stopped answering is seen within ``timeout``,
+    not within two keepalives (here 10 minutes)."""
+    import os
+    import signal
+
+    link = Link(target_for(broker, keepalive=300.0, timeout=1.5), "edge-1", max_delay=0.3)
+    task = asyncio.create_task(link.run(), name="test.link")
+    assert broker.proc is not None
+    try:
+        async with compat.timeout(10):
+            await link.wait_up()
+        link.confirm()  # a healthy link answers: still up, once the answer came
+        confirming = link._confirming
+        assert confirming is not None
+        await until(confirming.done, within=3.0, what="the confirmation")
+        assert link.state.up
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            link.confirm()
+            link.confirm()  # one at a time
+            await until(lambda: not link.state.up, within=5.0, what="link down")
+            assert link.state.reason == "timeout"
+            assert time.monotonic() - began < 1.5 + 1.0
+        finally:
+            os.kill(broker.proc.pid, signal.SIGCONT)
+        await until(lambda: link.state.up, within=10.0, what="link up")  # re-made
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await link.close()

@@ -213,6 +213,11 @@ async def lossy(site: Site, seconds: float) -> float:
     await healthy(site)
     t0 = time.monotonic()
     site.mesh.loss(10, site.edge, site.cloud)
+    # a collector's traffic through the tunnel, so the loss really bites: the agent's own
+    # probes are a PINGREQ a minute on the kept-open session, and 10 % of the few packets
+    # that and the keepalives make in 90 s is often none at all
+    site.mesh.sandbox.spawn(["ping", "-q", "-i", "0.5", "-w", str(int(seconds)),
+                             site.cloud.overlay], ns=site.edge.ns)
     await asyncio.sleep(seconds)
     dropped = site.mesh.fault_counter(site.edge) + site.mesh.fault_counter(site.cloud)
     site.mesh.clear_faults()

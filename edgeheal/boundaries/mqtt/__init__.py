@@ -36,8 +36,10 @@ The password is read from ``password_file`` at each connect, passed to paho, and
 logged, shown or kept in an error message.
 
 Modules: :mod:`~edgeheal.boundaries.mqtt.transport` (resolve, TCP, TLS and its session resumption;
-no paho), :mod:`~edgeheal.boundaries.mqtt.client` (the paho-driven session over that socket, and the
-probe), :mod:`~edgeheal.boundaries.mqtt.link` (the kept-open alert connection). Public API:
+no paho), :mod:`~edgeheal.boundaries.mqtt.client` (the paho-driven session over that
+socket), :mod:`~edgeheal.boundaries.mqtt.session` (the probe, and the kept-open probe
+session the check uses: one PINGREQ per check), :mod:`~edgeheal.boundaries.mqtt.link` (the kept-open
+alert connection). Public API:
 :func:`probe` (one CONNECT/CONNACK/DISCONNECT), :class:`ProbeResult`, :class:`MqttError`,
 :class:`edgeheal.boundaries.mqtt.transport.TlsResumption` and
 :class:`edgeheal.boundaries.mqtt.link.Link`. paho is imported only when a connection is made.
@@ -127,6 +129,9 @@ class ProbeResult:
     rtt_seconds: float | None
     message: str
     tcp_connect_seconds: float | None = None
+    ping_seconds: float | None = None
+    """PINGREQ -> PINGRESP when a kept-open session was asked (its ``rtt_seconds`` is the
+    session's CONNECT -> CONNACK); None for a connect."""
 
     @property
     def ok(self) -> bool:
@@ -142,6 +147,6 @@ async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
     TLS probe resumes the session of the previous one (and keeps this one's). Never raises
     for anything the network or the peer does; see :data:`REASONS`.
     """
-    from edgeheal.boundaries.mqtt.client import probe as _probe  # paho on demand
+    from edgeheal.boundaries.mqtt.session import probe as _probe  # paho on demand
 
     return await _probe(target, node, limit=limit, resume=resume)

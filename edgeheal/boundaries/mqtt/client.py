@@ -33,7 +33,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from edgeheal.base import compat
-from edgeheal.boundaries.mqtt import MqttError, ProbeResult, client_id, string_problem
+from edgeheal.boundaries.mqtt import MqttError, client_id, string_problem
 from edgeheal.boundaries.mqtt.transport import FramingError, Tap, TlsResumption, open_socket, where
 from edgeheal.config import MqttTarget
 
@@ -48,7 +48,7 @@ MISC_TICK = 1.0
 _SSL_PENDING_ROUNDS = 64
 
 
-__all__ = ("CONNACK_311", "Connection", "client_id", "probe", "read_password")
+__all__ = ("CONNACK_311", "Connection", "client_id", "read_password")
 
 
 def _check_strings(target: MqttTarget, node: str) -> None:
@@ -113,6 +113,7 @@ class Connection:
         self._tap: Tap | None = None
         self._fd: int | None = None
         self._misc: asyncio.Task[None] | None = None
+        self._pong: asyncio.Future[None] | None = None
         self._in_misc = False
         self._disconnecting = False
 
@@ -191,6 +192,26 @@ class Connection:
         fut: asyncio.Future[None] = self.loop.create_future()
         self._acks[info.mid] = fut
         return fut
+
+    async def ping(self, limit: float) -> float:
+        """One PINGREQ answered by PINGRESP within ``limit`` seconds: the round trip. No
+        answer in time ends the connection as ``timeout`` (raised, like a lost one's error).
+        The session's own keepalive is not needed for this (paho's resets with it)."""
+        client = self._client
+        if client is None or not self.connected or self.closed.done():
+            raise MqttError("unreachable", f"{where(self.target)}: not connected")
+        self._pong = pong = self.loop.create_future()
+        sent = time.monotonic()
+        if client._send_pingreq() != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            self.abort(MqttError("unreachable", f"{where(self.target)}: cannot send PINGREQ"))
+        await asyncio.wait((pong, self.closed), timeout=limit,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if pong.done():
+            return time.monotonic() - sent
+        if not self.closed.done():
+            self.abort(MqttError("timeout", f"{where(self.target)}: no PINGRESP within "
+                                 f"{limit:g}s"))
+        raise self.closed.result() or MqttError("unreachable", f"{where(self.target)}: closed")
 
     async def disconnect(self, limit: float = 1.0) -> None:
         """Send DISCONNECT and wait (bounded) for it to leave; then make sure all is shut."""
@@ -324,6 +345,8 @@ class Connection:
             while tap.pending() and client.socket() is not None and rounds < _SSL_PENDING_ROUNDS:
                 client.loop_read()
                 rounds += 1
+            if self._pong is not None and not self._pong.done() and client._ping_t == 0:
+                self._pong.set_result(None)  # paho clears _ping_t on PINGRESP
         except FramingError as err:  # before paho buffered it: no 256 MB allocations
             self.abort(MqttError("protocol_error", f"{where(self.target)}: {err}"))
         except Exception as err:  # paho choking on garbage must not reach the loop
@@ -356,47 +379,3 @@ class Connection:
                 return
             finally:
                 self._in_misc = False
-
-
-def _margin(timeout: float) -> float:
-    """The probe finishes a little before the supervisor's own timeout would strike."""
-    return max(timeout * 0.9, timeout - 0.5)
-
-
-async def probe(target: MqttTarget, node: str, *, limit: float | None = None,
-                resume: TlsResumption | None = None) -> ProbeResult:
-    """One CONNECT/CONNACK/DISCONNECT under one deadline; never raises for the peer."""
-    limit = limit if limit is not None else _margin(target.timeout)
-    conn = Connection(target, node, keepalive=max(60.0, target.keepalive),
-                      resume=resume)
-    try:
-        async with compat.timeout(limit):
-            rtt = await conn.connect()
-    except MqttError as err:
-        conn.abort()
-        if resume is not None:
-            resume.reset()
-        return ProbeResult(err.reason, None, err.message, conn.tcp_seconds)
-    except compat.TimeoutErrors:
-        stage = conn.stage[0]
-        conn.abort()
-        if resume is not None:
-            resume.reset()
-        return ProbeResult("timeout", None, f"{where(target)}: no progress within "
-                           f"{limit:g}s ({stage})", conn.tcp_seconds)
-    except Exception as err:  # a bug must show as one, not as a dead check
-        conn.abort()
-        if resume is not None:
-            resume.reset()
-        log.exception("mqtt %s: unexpected %s while probing", target.name,
-                      type(err).__name__)
-        return ProbeResult("internal_error", None, f"{where(target)}: unexpected "
-                           f"{type(err).__name__} while connecting (a bug; see the log)",
-                           conn.tcp_seconds)
-    except BaseException:
-        conn.abort()
-        raise
-    if resume is not None:
-        resume.session = conn.session
-    await conn.disconnect(min(1.0, limit))
-    return ProbeResult("ok", rtt, f"CONNACK in {rtt * 1000:.1f} ms", conn.tcp_seconds)
