@@ -36,6 +36,9 @@ async def drain(engine: AlertEngine, link: Link) -> None:
         try:
             engine._status_sent = None  # the will may have replaced it: say it again
             while link.connected and link.generation == generation:
+                # cleared before looking, never after: a wake-up (an alert raised, a status
+                # changed) that comes while we look is kept for the wait below, not lost
+                engine._wake.clear()
                 await engine.outbox.run(engine._prune)
                 if engine._status_doc is not None and engine._status_doc != engine._status_sent:
                     doc = engine._status_doc
@@ -45,7 +48,6 @@ async def drain(engine: AlertEngine, link: Link) -> None:
                     continue
                 entry = await engine.outbox.run(engine.outbox.oldest)
                 if entry is None:
-                    engine._wake.clear()
                     with contextlib.suppress(*compat.TimeoutErrors):
                         await asyncio.wait_for(engine._wake.wait(), engine.pause())
                     continue
