@@ -38,8 +38,10 @@ from tests.agent.support import running_agent
 from tests.support import Clock, context, until
 
 PEERS = 5000
-BOUND = 0.2
-"""The most one /readyz may take while a render is in progress (it takes about 1 ms)."""
+BOUND = 0.5
+"""The most one /readyz may take while a render is in progress: it takes about 1 ms, a
+render on the loop held it 0.8-1.3 s, and a busy box's scheduling adds tenths (0.245 s
+seen under a parallel suite on Python 3.13)."""
 WINDOW = 4.0
 """Seconds the scrapers hammer the agent."""
 FAST = CheckSettings(interval=0.2, fail_after=1, recover_after=1, required=True)

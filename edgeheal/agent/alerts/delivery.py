@@ -49,7 +49,8 @@ async def drain(engine: AlertEngine, link: Link) -> None:
                 entry = await engine.outbox.run(engine.outbox.oldest)
                 if entry is None:
                     with contextlib.suppress(*compat.TimeoutErrors):
-                        await asyncio.wait_for(engine._wake.wait(), engine.pause())
+                        async with compat.timeout(engine.pause()):  # never swallows a cancel
+                            await engine._wake.wait()
                     continue
                 await link.publish(engine.alerts_topic, entry.payload)
                 await engine.outbox.run(engine.outbox.delete, entry.seq)

@@ -325,7 +325,8 @@ class AlertEngine:
             while True:
                 await self.outbox.run(self._prune)
                 with contextlib.suppress(*compat.TimeoutErrors):
-                    await asyncio.wait_for(self._wake.wait(), self.pause())
+                    async with compat.timeout(self.pause()):  # a cancel is never swallowed
+                        await self._wake.wait()
                 self._wake.clear()
         link = self.link
         runner = asyncio.create_task(self._keep_link(link), name="edgeheal.alerts.link")

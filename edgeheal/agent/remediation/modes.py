@@ -12,7 +12,6 @@ and why is logged once per change and shown in ``/status``.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,7 +65,8 @@ def factory(config: Config, kube: Callable[[], KubeClient],
 
 async def probe(remedy: Remedy) -> Availability:
     try:
-        return await asyncio.wait_for(remedy.probe(), PROBE_TIMEOUT)
+        async with compat.timeout(PROBE_TIMEOUT):  # wait_for before 3.12 can swallow a cancel
+            return await remedy.probe()
     except compat.TimeoutErrors:
         return Availability(False, f"probe timed out after {PROBE_TIMEOUT:g}s")
     except RemedyError as err:
