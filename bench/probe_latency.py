@@ -103,7 +103,7 @@ async def measure(workdir: Path, probes: int, peers: int) -> dict[str, Any]:
     import aiohttp
 
     collector, result = await mesh(peers)
-    cfg = config.loads(f'[agent]\nstate_dir = "{workdir}/state"\nnode_name = "edge-test"\n'
+    cfg = config.loads_generic(f'[agent]\nstate_dir = "{workdir}/state"\nnode_name = "edge-test"\n'
                        '[http]\nlisten = ["127.0.0.1:0"]\n')
     agent = Agent(cfg, checks=[
         Check("fast", CheckSettings(interval=1.0, required=True), CheckResult(State.OK, "ok")),

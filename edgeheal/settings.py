@@ -5,7 +5,7 @@ remedies exist, so it checks only what holds for all of them (:mod:`edgeheal.con
 A rule that belongs to one module (an MQTT target's TLS files, a WireGuard peer key, the
 unit the ``k3s-service`` remedy may restart) is that module's registered ``validate``
 hook. This module runs both stages, in that order, and is what the CLI, the commands, the
-lab and the benches call; loading with :func:`edgeheal.config.loads` alone would accept a
+lab and the benches call; loading with :func:`edgeheal.config.loads_generic` alone would accept a
 config the agent then cannot run.
 
 A hook raises :class:`~edgeheal.config.ConfigError` with the key path only; the file name
@@ -38,7 +38,7 @@ def load(path: str | os.PathLike[str] | None = None, *, check_files: bool = Fals
 
 def loads(text: str, *, source: str = "<string>", check_files: bool = False) -> Config:
     """Parse and validate ``text`` fully; raise :class:`ConfigError` naming ``source``."""
-    settings = config.loads(text, source=source)
+    settings = config.loads_generic(text, source=source)
     validate(settings)
     if check_files:
         validate_files(settings)

@@ -118,7 +118,7 @@ def context(toml: str = "", *, clock: Clock | None = None,
     """A :class:`~edgeheal.model.Context` over ``toml`` (or ``config``) with a fake clock;
     events and control handlers are collected in the returned harness."""
     clock = clock or Clock()
-    conf = config if config is not None else cfg.loads(toml)
+    conf = config if config is not None else cfg.loads_generic(toml)
     empty = Snapshot(node=conf.node, checks={}, started_mono=clock.now, taken_mono=clock.now)
     harness = Harness(ctx=None, clock=clock)  # type: ignore[arg-type]
     harness.ctx = Context(config=conf, registry=registry or CollectorRegistry(),

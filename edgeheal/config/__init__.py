@@ -107,13 +107,13 @@ def read(path: str | os.PathLike[str] | None = None) -> tuple[str, str]:
                           f"{err.start}); save the file as UTF-8", file=file) from None
 
 
-def load(path: str | os.PathLike[str] | None = None) -> Config:
+def load_generic(path: str | os.PathLike[str] | None = None) -> Config:
     """Read, parse and apply the generic rules; raise :class:`ConfigError`."""
     text, source = read(path)
-    return loads(text, source=source)
+    return loads_generic(text, source=source)
 
 
-def loads(text: str, *, source: str = "<string>") -> Config:
+def loads_generic(text: str, *, source: str = "<string>") -> Config:
     """Parse ``text`` and apply the generic rules (not the checks' and remedies' own)."""
     config = parse.parse(text, source=source)
     try:
@@ -129,6 +129,6 @@ __all__ = [
     "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",
     "PodRemedySettings", "RemediationSettings", "ServiceSettings", "UplinkLadderSettings",
     "UplinkSettings", "WireguardSettings", "check_sections", "doc", "file_settings",
-    "format_duration", "load", "loads", "parse_duration", "read", "redacted", "reference",
-    "setting", "split_hostport",
+    "format_duration", "load_generic", "loads_generic", "parse_duration", "read", "redacted",
+    "reference", "setting", "split_hostport",
 ]

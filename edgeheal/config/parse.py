@@ -4,7 +4,7 @@ Parsing is driven by the dataclasses' type hints, so a new setting needs no pars
 unknown key (usually a typo, answered with the nearest known key), a wrong type or a bad
 duration is a :class:`ConfigError` naming the key path (``wireguard.rekey_failing_after``)
 and what was expected. Errors are raised without a file name; the loader adds it
-(:func:`edgeheal.config.loads`), so one exception type carries every configuration problem
+(:func:`edgeheal.config.loads_generic`), so one exception type carries every configuration problem
 from here, from the generic rules and from a check's or remedy's own rules alike.
 
 What no input may do (issue 17): every number is finite and within its field's ``bounds``

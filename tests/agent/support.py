@@ -55,7 +55,7 @@ class Running:
 @asynccontextmanager
 async def running_agent(tmp_path: Path, checks: list[Check], toml: str = "",
                         **kw: Any) -> AsyncIterator[Running]:
-    cfg = config.loads(f'[agent]\nstate_dir = "{tmp_path}/state"\nnode_name = "edge-test"\n'
+    cfg = config.loads_generic(f'[agent]\nstate_dir = "{tmp_path}/state"\nnode_name = "edge-test"\n'
                        f'check_interval = "0.2s"\n[http]\nlisten = ["127.0.0.1:0"]\n{toml}')
     agent = Agent(cfg, checks=checks, **kw)
     task = asyncio.create_task(agent.run(), name="test.agent")

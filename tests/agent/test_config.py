@@ -71,7 +71,7 @@ def test_durations(value: object, seconds: float) -> None:
 
 
 def test_defaults_are_complete_and_valid() -> None:
-    cfg = config.loads("")
+    cfg = config.loads_generic("")
     assert cfg.http.listen == ("127.0.0.1:9917",)
     assert cfg.agent.state_dir == "/var/lib/edgeheal"
     assert cfg.agent.check_interval == 5.0
@@ -138,16 +138,16 @@ def test_the_configuration_reference_documents_every_key() -> None:
 def test_every_check_section_gets_the_common_rules_found_by_type_not_by_name() -> None:
     toml = ('[[mqtt.targets]]\nname = "a"\nhost = "h"\n[[mqtt.targets]]\nname = "b"\n'
             'host = "h"\n')
-    found = [key for key, _ in config.check_sections(config.loads(toml))]
+    found = [key for key, _ in config.check_sections(config.loads_generic(toml))]
     # a new check's section joins this list by itself (docs/contributing.md): no list to edit
     assert {"offload", "wireguard", "mqtt.targets[0]", "mqtt.targets[1]"} <= set(found)
     assert all(isinstance(settings, config.CheckSettings)
-               for _, settings in config.check_sections(config.loads(toml)))
+               for _, settings in config.check_sections(config.loads_generic(toml)))
 
 
 def test_the_config_package_alone_applies_only_the_generic_rules() -> None:
     text = '[[mqtt.targets]]\nname = "a"\nhost = "h"\nport = 0\n'
-    assert config.loads(text).mqtt.targets[0].port == 0  # the MQTT check's rule, not ours
+    assert config.loads_generic(text).mqtt.targets[0].port == 0  # the MQTT check's rule, not ours
     with pytest.raises(ConfigError) as caught:
         validation.loads(text, source="edge.toml")
     assert str(caught.value) == "edge.toml: mqtt.targets[0].port: expected 1-65535, got 0"
@@ -207,13 +207,13 @@ def test_a_setting_out_of_its_range_names_key_range_and_value() -> None:
 
 def test_an_unknown_key_is_quoted_when_it_is_not_a_bare_key() -> None:
     with pytest.raises(ConfigError) as caught:
-        config.loads('[agent]\n"a\\nb" = 1\n')
+        config.loads_generic('[agent]\n"a\\nb" = 1\n')
     assert "\n" not in str(caught.value)
     assert "agent.'a\\nb'" in str(caught.value)
 
 
 def test_file_settings_are_found_by_their_mark() -> None:
-    cfg = config.loads('[[mqtt.targets]]\nname = "a"\nhost = "h"\ntls = true\n'
+    cfg = config.loads_generic('[[mqtt.targets]]\nname = "a"\nhost = "h"\ntls = true\n'
                        'ca_file = "/ca.pem"\n[kubernetes]\nkubeconfig = "/kc"\n')
     assert dict(config.file_settings(cfg)) == {"mqtt.targets[0].ca_file": "/ca.pem",
                                                "kubernetes.kubeconfig": "/kc"}

@@ -43,7 +43,7 @@ def test_the_shipped_checks_are_on_by_default_and_say_so() -> None:
 
 
 def test_the_file_records_which_sections_it_sets() -> None:
-    cfg = config.loads('[offload]\ninterfaces = ["wwan0"]\n[[mqtt.targets]]\nname = "b"\n'
+    cfg = config.loads_generic('[offload]\ninterfaces = ["wwan0"]\n[[mqtt.targets]]\nname = "b"\n'
                        'host = "h"\n')
     assert cfg.sections == {"offload", "mqtt"}
     assert "sections" not in {key.split(".")[0] for key, _, _ in config.reference()}
@@ -51,7 +51,7 @@ def test_the_file_records_which_sections_it_sets() -> None:
 
 @pytest.mark.usefixtures("new_module")
 def test_a_new_check_builds_nothing_until_its_section_is_there() -> None:
-    cfg = config.loads('[offload]\ninterfaces = ["lo"]\n')
+    cfg = config.loads_generic('[offload]\ninterfaces = ["lo"]\n')
     without = checks.build(context(config=cfg).ctx)
     assert "probe" not in [c.name for c in without]
     assert "offload" in [c.name for c in without]  # the shipped ones still run

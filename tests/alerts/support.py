@@ -43,7 +43,7 @@ def harness(tmp_path: Path, toml: str = "", *, clock: Clock | None = None,
             registry: CollectorRegistry | None = None,
             control: Callable[[str, Callable[[Mapping[str, Any]], Awaitable[Any]]], None]
             | None = None) -> Harness:
-    cfg = config.loads(f'[agent]\nstate_dir = "{tmp_path}/state"\nnode_name = "edge-7"\n'
+    cfg = config.loads_generic(f'[agent]\nstate_dir = "{tmp_path}/state"\nnode_name = "edge-7"\n'
                        f"{toml}")
     base = context(config=cfg, clock=clock, registry=registry)
     link = for_alerts(cfg, clock=base.clock)

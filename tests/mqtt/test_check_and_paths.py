@@ -108,7 +108,7 @@ OK, FAILED, UNKNOWN, DEGRADED = State.OK, State.FAILED, State.UNKNOWN, State.DEG
 ])
 def test_the_path_verdict(tunnel: State | None, direct: State | None, fault: str,
                           helps: bool | None) -> None:
-    cfg = config.loads(PATHS_TOML)
+    cfg = config.loads_generic(PATHS_TOML)
     statuses = [status(n, s) for n, s in (("t", tunnel), ("d", direct)) if s is not None]
     verdict = path_verdict(snapshot(*statuses), cfg)
     assert (verdict["fault"], verdict["restart_flannel_helps"]) == (fault, helps)
@@ -116,14 +116,14 @@ def test_the_path_verdict(tunnel: State | None, direct: State | None, fault: str
 
 
 def test_a_path_with_one_working_target_of_several_works() -> None:
-    cfg = config.loads(PATHS_TOML + '[[mqtt.targets]]\nname = "t2"\nhost = "10.43.0.21"\n'
+    cfg = config.loads_generic(PATHS_TOML + '[[mqtt.targets]]\nname = "t2"\nhost = "10.43.0.21"\n'
                        'path = "tunnel"\n')
     snap = snapshot(status("t", FAILED), status("t2", OK), status("d", OK))
     assert path_verdict(snap, cfg)["tunnel"] == "works"
 
 
 def test_checks_without_results_do_not_count() -> None:
-    cfg = config.loads(PATHS_TOML)
+    cfg = config.loads_generic(PATHS_TOML)
     snap = snapshot(status("t", FAILED), status("d", UNKNOWN, "pending", runs=0))
     assert path_verdict(snap, cfg)["direct"] == "unknown"
 

@@ -58,7 +58,7 @@ path = "direct"
 [remediation]
 {extra}
 """
-    return cfg.loads(text)
+    return cfg.loads_generic(text)
 
 
 def status(name: str, state: State, reason: str, *, last_run: float,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from edgeheal.base.compat import UTC
-from edgeheal.config import RemediationSettings, loads
+from edgeheal.config import RemediationSettings, loads_generic
 from edgeheal.core import flannel_ladder as policy
 from edgeheal.core.flannel_ladder import History, Record, TunnelView, decide, view_of
 from edgeheal.model import CheckStatus, Snapshot, State
@@ -300,7 +300,7 @@ def _snap(direct: State, direct_since: float) -> Snapshot:
 ])
 def test_a_send_failure_says_its_cause_and_is_read_from_the_check_detail(
         cause: str, skip: str, says: str) -> None:
-    cfg = loads('[[mqtt.targets]]\nname = "broker-direct"\nhost = "h"\npath = "direct"\n')
+    cfg = loads_generic('[[mqtt.targets]]\nname = "broker-direct"\nhost = "h"\npath = "direct"\n')
     wg = CheckStatus(name="wireguard", state=FAIL, reason="send_failing", message="",
                      since=datetime.now(UTC), since_mono=5.0, detail={"cause": cause},
                      required=True, runs=3)
@@ -321,7 +321,7 @@ def test_a_send_failure_says_its_cause_and_is_read_from_the_check_detail(
 
 
 def test_the_direct_path_coming_up_at_start_is_not_an_uplink_recovery() -> None:
-    cfg = loads('[[mqtt.targets]]\nname = "broker-direct"\nhost = "h"\npath = "direct"\n')
+    cfg = loads_generic('[[mqtt.targets]]\nname = "broker-direct"\nhost = "h"\npath = "direct"\n')
     snap = _snap(OK, 2.0)
     # no outage seen yet: its first ok is the agent starting, startup_grace covers that
     assert view_of(snap, cfg, mode="pod", direct_was_down=False).direct_ok_since == -math.inf

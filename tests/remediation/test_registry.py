@@ -27,7 +27,7 @@ def test_auto_probes_pod_first_then_the_k3s_unit() -> None:
 
 
 def test_the_defaults_pass_every_remedys_rules() -> None:
-    remedies.validate(cfg.loads(""))
+    remedies.validate(cfg.loads_generic(""))
 
 
 @pytest.mark.parametrize(("changes", "key", "problem"), [
@@ -48,14 +48,14 @@ def test_the_defaults_pass_every_remedys_rules() -> None:
 def test_a_bad_remedy_setting_is_a_config_error_naming_its_key(
         changes: dict[str, Any], key: str, problem: str) -> None:
     with pytest.raises(cfg.ConfigError) as info:
-        remedies.validate(with_remediation(cfg.loads(""), **changes))
+        remedies.validate(with_remediation(cfg.loads_generic(""), **changes))
     assert info.value.key == key
     assert problem in info.value.problem
 
 
 def test_a_k3s_unit_of_a_named_install_is_allowed() -> None:
     remedies.validate(with_remediation(
-        cfg.loads(""), service=cfg.ServiceSettings(unit="k3s-edge.service")))
+        cfg.loads_generic(""), service=cfg.ServiceSettings(unit="k3s-edge.service")))
 
 
 def test_a_restart_is_bounded_by_the_active_remedys_own_limit(tmp_path: Path) -> None:

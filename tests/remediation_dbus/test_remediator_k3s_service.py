@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from edgeheal.agent.remediation import Remediator
 from edgeheal.base.compat import UTC
-from edgeheal.config import Config, loads
+from edgeheal.config import Config, loads_generic
 from edgeheal.lab.systemd_bus import Behaviour, FakeSystemd, SystemBus
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
 
@@ -65,7 +65,7 @@ def config(state_dir: Path, service_timeout: str = "10s", **remediation: object)
                 "max_per_hour": "10", "give_up_after": "2", "verify_timeout": "2",
                 **{k: str(v) for k, v in remediation.items()}}
     lines = "\n".join(f"{k} = {v}" for k, v in settings.items())
-    return loads(f"""
+    return loads_generic(f"""
 [agent]
 node_name = "edge-1"
 state_dir = "{state_dir}"

@@ -27,7 +27,7 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def make_config(tmp_path: Path, extra: str = "") -> cfg.Config:
-    return cfg.loads(f"""
+    return cfg.loads_generic(f"""
 [agent]
 node_name = "edge-1"
 state_dir = "{tmp_path / 'state'}"
@@ -284,7 +284,7 @@ async def test_both_ladders_share_one_registry_and_keep_their_own_label(
 
 
 def test_the_ladder_is_off_by_default(tmp_path: Path) -> None:
-    world = World(cfg.loads(f'[agent]\nstate_dir = "{tmp_path}"\n'), Clock())
+    world = World(cfg.loads_generic(f'[agent]\nstate_dir = "{tmp_path}"\n'), Clock())
     assert build_uplink(world.ctx, durable=lambda: True) is None
     assert not world.config.uplink.interfaces
     assert not world.config.remediation.uplink.reboot

@@ -15,7 +15,7 @@ from edgeheal.boundaries.kernel import interfaces as ifstate
 from edgeheal.boundaries.kernel.interfaces import Interface
 from edgeheal.boundaries.modemmanager import Bearer, Modem, ModemError
 from edgeheal.checks.uplink import REFRESH, Evidence, UplinkCheck, judge, pick_modem
-from edgeheal.config import loads
+from edgeheal.config import loads_generic
 from edgeheal.lab.netns import Sandbox, run
 from edgeheal.lab.nsutil import inside
 from edgeheal.model import State
@@ -211,7 +211,7 @@ async def test_link_bounce_takes_a_real_veth_down_and_up(uplink_ns: dict[str, An
     from edgeheal.remedies.link_bounce import LinkBounce
 
     edge, a = uplink_ns["edge"], uplink_ns["a"]
-    config = loads(f'[uplink]\ninterfaces = ["{a}"]\n')
+    config = loads_generic(f'[uplink]\ninterfaces = ["{a}"]\n')
     seen: list[bool] = []
     remedy = LinkBounce(config, netns=edge, down_for=0.5)
     assert (await remedy.probe()).usable
@@ -227,7 +227,7 @@ async def test_link_bounce_takes_a_real_veth_down_and_up(uplink_ns: dict[str, An
     assert False in seen
     (after,) = await ifstate.read((a,), netns=edge)
     assert after.admin_up
-    missing = LinkBounce(loads('[uplink]\ninterfaces = ["nope*"]\n'), netns=edge)
+    missing = LinkBounce(loads_generic('[uplink]\ninterfaces = ["nope*"]\n'), netns=edge)
     availability = await missing.probe()
     assert not availability.usable
     assert "nope*" in availability.why

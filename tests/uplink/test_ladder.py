@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from edgeheal.config import UplinkLadderSettings, loads
+from edgeheal.config import UplinkLadderSettings, loads_generic
 from edgeheal.core import uplink_ladder as uplink
 from edgeheal.core.safeguards import History, Record
 from edgeheal.core.uplink_ladder import UplinkView, decide, view_of
@@ -220,7 +220,7 @@ def status(name: str, state: State, reason: str, since: float) -> CheckStatus:
 
 
 def test_the_view_reads_the_uplink_check_and_every_direct_target() -> None:
-    config = loads("""
+    config = loads_generic("""
 [uplink]
 interfaces = ["wwan0"]
 [[mqtt.targets]]
@@ -256,7 +256,7 @@ path = "tunnel"
 def test_a_stuck_right_after_no_coverage_waits_its_own_act_after() -> None:
     """The snapshot dates the *state* (failed since the coverage went), not the reason: a
     ``stuck`` that follows ``no_coverage`` counts from when the reason changed."""
-    config = loads('[uplink]\ninterfaces = ["wwan0"]\n[[mqtt.targets]]\nname = "d"\n'
+    config = loads_generic('[uplink]\ninterfaces = ["wwan0"]\n[[mqtt.targets]]\nname = "d"\n'
                    'host = "127.0.0.1"\npath = "direct"\n')
     checks = {"uplink": status("uplink", FAIL, "stuck", 0.0),  # failed since 0: no_coverage
               "d": status("d", FAIL, "timeout", 0.0)}

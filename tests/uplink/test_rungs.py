@@ -12,7 +12,7 @@ import pytest
 
 from edgeheal import remedies
 from edgeheal import settings as validation
-from edgeheal.config import ConfigError, loads
+from edgeheal.config import ConfigError, loads_generic
 from edgeheal.lab.modemmanager import BUS_POLICY, FakeModemManager
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import start_system_bus
@@ -54,7 +54,7 @@ class Authorized:
 async def test_usb_reauthorize_writes_0_then_1_to_the_configured_device(
         tmp_path: Path) -> None:
     dev = Authorized(tmp_path, "1-1")
-    config = loads('[uplink]\ninterfaces = ["wwan0"]\n[remediation.uplink]\n'
+    config = loads_generic('[uplink]\ninterfaces = ["wwan0"]\n[remediation.uplink]\n'
                    'usb_device = "1-1"\n')
     rung = UsbReauthorize(config, sysfs=tmp_path, settle=0.2)
     assert (await rung.probe()).usable
@@ -79,7 +79,7 @@ async def test_usb_reauthorize_modem_follows_modemmanagers_device_path(
             return (dataclasses.replace(
                 modem(), device="/sys/" + str(dev.real.relative_to(tmp_path))),)
 
-    config = loads('[uplink]\ninterfaces = ["wwan0"]\n[remediation.uplink]\n'
+    config = loads_generic('[uplink]\ninterfaces = ["wwan0"]\n[remediation.uplink]\n'
                    'usb_device = "modem"\n')
     rung = UsbReauthorize(config, sysfs=tmp_path, modem_manager=Manager(), settle=0.05)
     await rung.restart()
@@ -95,8 +95,8 @@ async def test_usb_reauthorize_refuses_what_is_not_a_configured_usb_device(
     hub.mkdir(parents=True)
     (hub.parent / "1-8").mkdir()  # there, but no attribute to write
     (hub / "authorized").write_text("1\n")
-    rung = UsbReauthorize(loads(f'[remediation.uplink]\nusb_device = "{name}"\n')
-                          if name != "usb1" else loads("[remediation.uplink]\n"),
+    rung = UsbReauthorize(loads_generic(f'[remediation.uplink]\nusb_device = "{name}"\n')
+                          if name != "usb1" else loads_generic("[remediation.uplink]\n"),
                           sysfs=tmp_path)
     rung.device = name
     availability = await rung.probe()
@@ -108,7 +108,7 @@ async def test_usb_reauthorize_refuses_what_is_not_a_configured_usb_device(
 
 
 def test_usb_device_is_validated_and_off_by_default() -> None:
-    assert loads("").remediation.uplink.usb_device == ""
+    assert loads_generic("").remediation.uplink.usb_device == ""
     with pytest.raises(ConfigError, match=r"remediation\.uplink\.usb_device"):
         validation.loads('[remediation.uplink]\nusb_device = "usb1"\n')
     with pytest.raises(ConfigError, match=r"remediation\.uplink\.usb_device"):
@@ -157,7 +157,8 @@ async def test_modem_reconnect_renews_the_session_with_the_bearers_own_settings(
     mm.add_modem("/sys/devices/usb1/1-1", "wwan0", apn="iot.example", user="u",
                  password=SECRET)
     async with mm:
-        config = loads(f'[uplink]\ninterfaces = ["wwan*"]\ndbus_address = "{bus.address}"\n')
+        config = loads_generic(f'[uplink]\ninterfaces = ["wwan*"]\n'
+                               f'dbus_address = "{bus.address}"\n')
         rung = ModemReconnect(config)
         try:
             availability = await rung.probe()
@@ -177,7 +178,8 @@ async def test_modem_reconnect_does_not_fight_networkmanager(sandbox: Sandbox) -
     mm = FakeModemManager(bus.address)
     mm.add_modem("/sys/devices/usb1/1-1", "wwan0")
     async with mm, FakeNetworkManager(bus.address, devices={"wwan0": True}):
-        config = loads(f'[uplink]\ninterfaces = ["wwan0"]\ndbus_address = "{bus.address}"\n')
+        config = loads_generic(f'[uplink]\ninterfaces = ["wwan0"]\n'
+                               f'dbus_address = "{bus.address}"\n')
         rung = ModemReconnect(config)
         try:
             availability = await rung.probe()
@@ -196,7 +198,8 @@ async def test_modem_reconnect_goes_ahead_when_networkmanager_leaves_the_modem_a
     mm = FakeModemManager(bus.address)
     mm.add_modem("/sys/devices/usb1/1-1", "wwan0")
     async with mm, FakeNetworkManager(bus.address, devices={"eth0": True, "wwan0": False}):
-        config = loads(f'[uplink]\ninterfaces = ["wwan0"]\ndbus_address = "{bus.address}"\n')
+        config = loads_generic(f'[uplink]\ninterfaces = ["wwan0"]\n'
+                               f'dbus_address = "{bus.address}"\n')
         rung = ModemReconnect(config)
         try:
             assert (await rung.probe()).usable
@@ -208,7 +211,8 @@ async def test_modem_reconnect_goes_ahead_when_networkmanager_leaves_the_modem_a
 
 async def test_modem_reconnect_without_modemmanager_is_not_usable(sandbox: Sandbox) -> None:
     bus = start_system_bus(sandbox, policy=BUS_POLICY)
-    config = loads(f'[uplink]\ninterfaces = ["wwan0"]\ndbus_address = "{bus.address}"\n')
+    config = loads_generic(f'[uplink]\ninterfaces = ["wwan0"]\n'
+                               f'dbus_address = "{bus.address}"\n')
     rung = ModemReconnect(config)
     try:
         availability = await rung.probe()
