@@ -34,10 +34,16 @@ BUILTIN = ("offload", "wireguard", "mqtt", "uplink")
 
 @runtime_checkable
 class Check(Protocol):
-    """One observer. ``name`` is unique and is the URL part of ``/probe/{name}``."""
+    """One observer. ``name`` is unique and is the URL part of ``/probe/{name}``.
+
+    ``settings`` is read-only here, so a check may keep its own section's type
+    (``self.settings = ctx.config.clock`` is a :class:`ClockSettings`) and still be a
+    ``Check``: the agent only reads the common keys."""
 
     name: str
-    settings: CheckSettings
+
+    @property
+    def settings(self) -> CheckSettings: ...
 
     async def run(self) -> CheckResult: ...
 

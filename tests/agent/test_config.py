@@ -132,7 +132,7 @@ def test_the_configuration_reference_documents_every_key() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
     missing = [key for key, _, _ in config.reference() if f"`{key}`" not in text]
     assert not missing, f"docs/configuration.md lacks {missing}; run " \
-        "`edgeheal check-config --reference > docs/configuration.md`"
+        "`scripts/generate`"
 
 
 def test_every_check_section_gets_the_common_rules_found_by_type_not_by_name() -> None:

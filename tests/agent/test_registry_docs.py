@@ -39,7 +39,7 @@ def test_a_check_modules_settings_are_in_the_configuration_reference(module: str
     assert keys, f"no [{module}] settings in config.reference()"
     missing = sorted(set(keys) - _table_keys(DOCS / "configuration.md"))
     assert not missing, f"docs/configuration.md lacks {missing}; run " \
-        "`edgeheal check-config --reference > docs/configuration.md`"
+        "`scripts/generate`"
 
 
 @pytest.mark.parametrize(("module", "kind"), KINDS)
@@ -74,7 +74,7 @@ def test_the_alert_kinds_table_is_the_generated_one() -> None:
     begin = text.index("<!-- generated: `edgeheal alert kinds")
     table = text[text.index("\n", begin) + 1:text.index("<!-- end of generated table -->")]
     assert table == kinds.markdown_table(), \
-        "docs/alerts.md's kinds table is stale: regenerate it with `edgeheal alert kinds`"
+        "docs/alerts.md's kinds table is stale: regenerate it with `scripts/generate`"
 
 
 def test_the_schema_kind_enum_is_the_generated_one() -> None:
@@ -82,4 +82,4 @@ def test_the_schema_kind_enum_is_the_generated_one() -> None:
 
     schema = json.loads((ROOT / "schemas" / "alert.schema.json").read_text())
     assert schema["properties"]["kind"]["enum"] == kinds.schema_enum(), \
-        "schemas/alert.schema.json's kind enum is stale: `edgeheal alert kinds --enum`"
+        "schemas/alert.schema.json's kind enum is stale: regenerate it with `scripts/generate`"

@@ -23,7 +23,8 @@ def with_remediation(config: cfg.Config, **changes: Any) -> cfg.Config:
 
 
 def test_auto_probes_pod_first_then_the_k3s_unit() -> None:
-    assert remedies.modes() == ("pod", "k3s-service")
+    # the shipped order; a new Flannel remedy goes after them unless it is the surer sign
+    assert remedies.modes()[:2] == ("pod", "k3s-service")
 
 
 def test_the_defaults_pass_every_remedys_rules() -> None:
@@ -32,7 +33,8 @@ def test_the_defaults_pass_every_remedys_rules() -> None:
 
 @pytest.mark.parametrize(("changes", "key", "problem"), [
     ({"mode": "bogus"}, "remediation.mode",
-     "expected 'auto' or 'pod' or 'k3s-service' or 'none', got 'bogus'"),
+     "expected " + " or ".join(repr(m) for m in ("auto", *remedies.modes(), "none"))
+     + ", got 'bogus'"),
     ({"mode": "pod"}, "remediation.mode", "\"pod\" needs a [kubernetes] section"),
     ({"pod": cfg.PodRemedySettings(namespace="Kube_Flannel")}, "remediation.pod.namespace",
      "not a Kubernetes namespace name"),
@@ -65,7 +67,7 @@ def test_a_restart_is_bounded_by_the_active_remedys_own_limit(tmp_path: Path) ->
                      boot="b")
     assert rem.restart_bound() == 45.0 + 120.0  # configured pod: its own limit, plus margin
     by_mode = {r.mode: r.restart_bound(config) for r in remedies.registrations()}
-    assert by_mode == {"pod": 45.0, "k3s-service": 300.0}
+    assert {"pod": 45.0, "k3s-service": 300.0}.items() <= by_mode.items()
 
 
 ABOVE_THE_REMEDIES = sorted(str(p.relative_to(EDGEHEAL)) for band in ("core", "agent")

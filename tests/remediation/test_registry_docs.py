@@ -41,4 +41,4 @@ def test_each_remedy_setting_is_in_the_configuration_reference(
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
     missing = [key for key in keys if f"| `{key}` |" not in text]
     assert not missing, f"docs/configuration.md lacks {missing}; run " \
-        "`edgeheal check-config --reference > docs/configuration.md`"
+        "`scripts/generate`"
