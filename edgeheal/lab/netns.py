@@ -19,6 +19,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,8 +95,17 @@ class Sandbox:
     def spawn(self, argv: Sequence[str], *, ns: str | None = None,
               log_path: Path | None = None, env: dict[str, str] | None = None,
               ) -> subprocess.Popen[bytes]:
-        """Start a process (in ``ns``) that is killed on close; output to ``log_path``."""
+        """Start a process (in ``ns``) that is killed on close; output to ``log_path``.
+
+        Started from the main thread, it also dies with this process (``setpriv
+        --pdeathsig KILL``: the signal follows the exec chain), so a test worker or a lab
+        killed before its cleanup leaves no broker or wireguard-go behind. Not from another
+        thread: the kernel sends the signal when the *thread* that forked exits, and a
+        pool thread may end long before the process does.
+        """
         full = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
+        if threading.current_thread() is threading.main_thread() and shutil.which("setpriv"):
+            full = ["setpriv", "--pdeathsig", "KILL", "--", *full]
         out = log_path.open("ab") if log_path else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT,
@@ -156,7 +166,8 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 3.0) -> None:
 
 
 def sweep() -> list[str]:
-    """Delete namespaces left by lab runs whose process is gone; return their names."""
+    """Delete namespaces left by lab runs whose process is gone, with what still runs in
+    them; return their names."""
     removed = []
     out = run(["ip", "netns", "list"], check=False).stdout
     for line in out.splitlines():
@@ -166,6 +177,9 @@ def sweep() -> list[str]:
         owner_alive = any(p.name.isdigit() and int(p.name) % 10000 == int(name[2:6])
                           for p in Path("/proc").iterdir() if p.name.isdigit())
         if not owner_alive:
+            for pid in run(["ip", "netns", "pids", name], check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), signal.SIGKILL)
             run(["ip", "netns", "del", name], check=False)
             removed.append(name)
     return removed
