@@ -152,8 +152,10 @@ async def send_failure(mesh: WgMesh, name: str, fault: Fault, undo: Fault,
     driver = driver_for(mesh, hastened)
     a, b = mesh.nodes
     await healthy(mesh, driver)
-    fault(mesh, a, b)
+    # the clock starts before the fault is applied (nft under load takes seconds): no
+    # verdict can come earlier than that, so the lower bounds stay causal
     out.fault_at = start = time.monotonic()
+    fault(mesh, a, b)
     hit = await driver.until(lambda s: s.status.reason == "send_failing",
                              SEND_FAIL + DEBOUNCE + SLACK, f"{name}: send_failing")
     out.detected = hit.t - start
@@ -184,8 +186,10 @@ async def blackhole(mesh: WgMesh) -> Outcome:
     driver = driver_for(mesh, hastened)
     a, b = mesh.nodes
     await healthy(mesh, driver)
-    mesh.blackhole(a, b)
+    # the clock starts before the fault is applied (nft under load takes seconds): no
+    # verdict can come earlier than that, so the lower bounds stay causal
     out.fault_at = start = time.monotonic()
+    mesh.blackhole(a, b)
     hit = await driver.until(lambda s: s.status.reason == "stalled",
                              STALL + DEBOUNCE + SLACK, "blackhole: stalled")
     out.detected, out.reason = hit.t - start, hit.status.reason
