@@ -392,9 +392,10 @@ def _mss_table(edge: Edge) -> bool:
 
 async def pmtu_blackhole(lab: Lab) -> list[Expectation]:
     """The carrier's link shrinks below the tunnel's packets and drops ICMP "fragmentation
-    needed": handshakes, keepalives and the small MQTT probes pass, the collector's 4 kB
-    publishes hang. The ``pmtu`` check finds it, the opt-in clamp lowers the MSS of new
-    connections, and the collector's next connection passes; no Flannel restart."""
+    needed" for 90 s (150 s with ``--field``): handshakes, keepalives and the small MQTT
+    probes pass, the collector's 4 kB publishes hang. The ``pmtu`` check finds it, the
+    opt-in clamp lowers the MSS of new connections, and the collector's next connection
+    passes; no Flannel restart."""
     edge = lab.world.edges[0]
     out = await _settle(lab)
     if lab.world.with_agent:
@@ -413,6 +414,7 @@ async def pmtu_blackhole(lab: Lab) -> list[Expectation]:
     await lab.hold(8)
     hung = delivered() == hung_from
     within = 60.0
+    duration = lab.scaled(90, 150)  # fixed, so that bench/onoff.py compares like for like
     detected = await lab.until(lambda: lab.state(edge, "pmtu") in ("failed", "degraded"),
                                within + 30, "the pmtu verdict")
     t_detect = lab.mark("pmtu_verdict") - fault
@@ -421,9 +423,11 @@ async def pmtu_blackhole(lab: Lab) -> list[Expectation]:
     detail = ((doc.get("checks") or {}).get("pmtu") or {}).get("detail") or {}
     clamped = _mss_table(edge)
     at_verdict = delivered()
-    passing = await lab.until(lambda: delivered() >= at_verdict + 5, 90,
+    passing = await lab.until(lambda: delivered() >= at_verdict + 5,
+                              max(1.0, fault + duration - lab.now()),
                               "large publishes passing under the clamp")
     t_passing = lab.now() - fault
+    await lab.hold(max(0.0, fault + duration - lab.now()))
     restarts_during = len(lab.world.kube.deletions)
     lab.world.path_mtu(edge, None)
     lifted = lab.mark("mtu_restored")
