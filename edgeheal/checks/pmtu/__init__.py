@@ -135,8 +135,14 @@ class PmtuCheck:
         host_port = target(self.ctx.config)
         if host_port is None:  # the settings rules refuse a [pmtu] without one
             raise RuntimeError("pmtu: no target")
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            *host_port, type=socket.SOCK_STREAM)
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(
+                *host_port, type=socket.SOCK_STREAM)
+        except OSError as err:  # an unresolvable name: not an MTU matter either
+            verdict = judge(full, [], connect_error=f"cannot resolve {host_port[0]}: {err}",
+                            clamp=self._clamp)
+            return CheckResult(verdict.state, verdict.reason, verdict.message,
+                               {**verdict.detail, "interface": s.interface})
         family, _, _, _, address = infos[0]
         results: list[Result] = []
         error = ""
@@ -151,8 +157,7 @@ class PmtuCheck:
                 break
             if not results and outcome.size < full:  # the peer's MSS is the limit
                 full = outcome.size
-            results.append((outcome.size if outcome.size != size else size,
-                            outcome.kind == "passed"))
+            results.append((outcome.size, outcome.kind == "passed"))
         clamp_error = await self._act(full, results, error)
         verdict = judge(full, results, connect_error=error, clamp=self._clamp,
                         clamp_error=clamp_error)
