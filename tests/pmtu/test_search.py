@@ -164,3 +164,41 @@ def test_the_clamp_batch_replaces_its_own_table_and_exempts_the_probe() -> None:
     rules = [c["add"]["rule"]["expr"] for c in batch if "rule" in c.get("add", {})]
     assert [e for e in rules[0] if "return" in e] == [{"return": None}]  # the probe's exit
     assert 0xE40000 in [e.get("match", {}).get("right") for e in rules[0]]
+
+
+def upload(seconds: int, tx_per_s: int, rx_per_s: int) -> list[tuple[float, int, int]]:
+    return [(100.0 + t, 10_000 + t * tx_per_s, 5_000 + t * rx_per_s)
+            for t in range(0, seconds + 1, 2)]
+
+
+@pytest.mark.parametrize(("samples", "expected"), [
+    (upload(20, 1800, 21), True),      # the lab's black hole: 36 kB out, 416 B back in 20 s
+    (upload(20, 4400, 150), False),    # a healthy 4 kB/s upload: its ACKs are 3.3 %
+    (upload(20, 300, 2), False),       # too little sent to judge (keepalives, a probe)
+    (upload(6, 1800, 21), False),      # under half a window of readings
+    ([], False),
+    ([(100.0, 90_000, 9_000), (120.0, 1_000, 10)], False),  # re-created device
+])
+def test_lopsided_counters_are_bulk_data_out_and_almost_nothing_back(
+        samples: list[tuple[float, int, int]], expected: bool) -> None:
+    from edgeheal.checks.pmtu.search import lopsided
+
+    now = samples[-1][0] if samples else 0.0
+    assert lopsided(samples, now) is expected
+
+
+def test_lopsided_counters_raise_the_suspicion_only_while_the_small_probes_pass() -> None:
+    config = loads_generic(BASE + "[pmtu]\n")
+    assert suspected(snap(False, State.OK), config, True) is True
+    assert suspected(snap(False, State.FAILED), config, True) is False
+
+
+def test_the_counters_are_the_watched_peers_together() -> None:
+    from edgeheal.checks.pmtu import counters
+
+    peers = [{"watched": True, "tx_bytes": 10, "rx_bytes": 1},
+             {"watched": True, "tx_bytes": 5, "rx_bytes": 2},
+             {"watched": False, "tx_bytes": 1000, "rx_bytes": 1000}]
+    snapshot = Snapshot(node="n", checks={"wireguard": make_status(
+        "wireguard", State.OK, "ok", {"peers": peers})}, started_mono=0.0, taken_mono=0.0)
+    assert counters(snapshot, loads_generic(BASE + "[pmtu]\n")) == (15, 3)

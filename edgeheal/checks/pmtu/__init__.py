@@ -15,8 +15,11 @@ When it probes: at its ``interval`` (1 h: one connection of about 2.7 kB through
 tunnel), quickly again while in doubt (``retry_interval``), and on *suspicion*: the
 WireGuard check sees a watched peer's data leave unanswered (``detail.suspect``) while
 every tunnel-path MQTT target still serves — the black hole's signature, since those
-probes are small. The check's ``serve`` task follows the snapshot for that and asks for a
-run at once (``Context.hasten``), at most once per ``suspect_spacing``.
+probes are small — or, which the WireGuard check's own rule cannot see (the small packets
+that still pass keep "answering"), its watched peers' counters are lopsided: 12 kB or
+more sent in 20 s and under 1.5 % of it received (a healthy upload's ACKs are 3.3 %).
+The check's ``serve`` task follows the snapshot for that and asks for a run at once
+(``Context.hasten``), at most once per ``suspect_spacing``.
 
 Reasons (closed table; each maps to one state)::
 
@@ -51,6 +54,7 @@ and ``edgeheal_pmtu_clamp_bytes`` (the size the clamp holds; 0: no clamp).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import socket
 from typing import TYPE_CHECKING, Any
@@ -82,12 +86,25 @@ def target(config: Config) -> tuple[str, int] | None:
     return None
 
 
-def suspected(snapshot: Snapshot, config: Config) -> bool:
+def counters(snapshot: Snapshot, config: Config) -> tuple[int, int] | None:
+    """(tx, rx) bytes of the tunnel check's watched peers together, from its detail."""
+    found = None
+    for name in checks.role("tunnel").names(config):
+        status = snapshot.checks.get(name)
+        for peer in (status.detail.get("peers") or []) if status is not None else []:
+            if peer.get("watched") and isinstance(peer.get("tx_bytes"), int):
+                tx, rx = found or (0, 0)
+                found = (tx + int(peer["tx_bytes"]), rx + int(peer.get("rx_bytes") or 0))
+    return found
+
+
+def suspected(snapshot: Snapshot, config: Config, lopsided_now: bool = False) -> bool:
     """The black hole's signature in a snapshot: the tunnel check holds a watched peer
-    suspect while every tunnel-path MQTT target that has a result serves (and one has)."""
+    suspect (or its counters are lopsided: :func:`~edgeheal.checks.pmtu.search.lopsided`)
+    while every tunnel-path MQTT target that has a result serves (and one has)."""
     tunnel = checks.role("tunnel").names(config)
-    if not any(snapshot.checks[n].detail.get("suspect") for n in tunnel
-               if n in snapshot.checks):
+    if not lopsided_now and not any(snapshot.checks[n].detail.get("suspect")
+                                    for n in tunnel if n in snapshot.checks):
         return False
     probes = [snapshot.checks[t.name] for t in config.mqtt.targets
               if t.enabled and t.path == "tunnel" and t.name in snapshot.checks
@@ -195,13 +212,20 @@ class PmtuCheck:
 
     async def serve(self) -> None:
         """Follow the snapshot; on the black hole's signature, run the probe now."""
-        seen = -1
+        from edgeheal.checks.pmtu.search import LOPSIDED_WINDOW, Sample, lopsided
+
+        seen, samples = -1, collections.deque[Sample]()
         while True:
             snap = self.ctx.snapshot()
             if snap.version != seen:
                 seen = snap.version
                 now = self.ctx.clock()
-                if suspected(snap, self.ctx.config) and (
+                moved = counters(snap, self.ctx.config)
+                if moved is not None and (not samples or moved != samples[-1][1:]):
+                    samples.append((now, *moved))
+                while samples and now - samples[0][0] > 2 * LOPSIDED_WINDOW:
+                    samples.popleft()
+                if suspected(snap, self.ctx.config, lopsided(samples, now)) and (
                         self._suspected_at is None
                         or now - self._suspected_at >= self.pmtu.suspect_spacing):
                     self._suspected_at = now
@@ -284,4 +308,4 @@ checks.register(checks.Registration(
     NAME, factory, names=_names, doc=__doc__ or "", kinds=KINDS, alert=_alert,
     validate=_validate, reasons=tuple(REASONS), reason_states=REASONS))
 
-__all__ = ["KINDS", "NAME", "PmtuCheck", "suspected", "target"]
+__all__ = ["KINDS", "NAME", "PmtuCheck", "counters", "suspected", "target"]

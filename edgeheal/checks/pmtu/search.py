@@ -57,6 +57,40 @@ def next_size(full: int, floor: int, results: Sequence[Result],
     return middle if middle < lost and middle not in tried else None
 
 
+LOPSIDED_WINDOW = 20.0
+"""Seconds of counter readings the lopsided-traffic suspicion looks at (at least half of it
+must be covered)."""
+LOPSIDED_TX = 12_000
+"""Bytes the tunnel must have sent in the window (about 8 full-size packets: bulk data)."""
+LOPSIDED_RATIO = 66
+"""tx must exceed rx this many times (rx under 1.5 % of tx). A healthy bulk upload gets a
+TCP ACK (96 bytes in WireGuard's counters) for every two full segments (2 x 1456): 3.3 %.
+In a black hole the large segments are retransmitted and only keepalives and the small
+packets of reconnects come back: 1.1 % in the lab."""
+
+Sample = tuple[float, int, int]
+"""(monotonic seconds, tx bytes, rx bytes) of the watched peers together."""
+
+
+def lopsided(samples: Sequence[Sample], now: float) -> bool:
+    """The black hole's signature in WireGuard's counters: bulk data leaving while almost
+    nothing comes back. (The WireGuard check's own ``data_unanswered`` cannot see it: the
+    small packets that still pass — keepalives, the collector's reconnects — keep
+    answering.) A heuristic: a false one costs one full-size probe (2.7 kB), and
+    ``suspect_spacing`` bounds how often."""
+    if not samples:
+        return False
+    recent = [s for s in samples if now - s[0] <= LOPSIDED_WINDOW]
+    if not recent or now - recent[0][0] < LOPSIDED_WINDOW / 2:
+        return False
+    _, tx0, rx0 = recent[0]
+    _, tx1, rx1 = samples[-1]
+    sent, received = tx1 - tx0, rx1 - rx0
+    if sent < 0 or received < 0:  # the device was re-created: counters restarted
+        return False
+    return sent >= LOPSIDED_TX and received * LOPSIDED_RATIO < sent
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     state: State
@@ -106,5 +140,5 @@ def judge(full: int, results: Sequence[Result], *, connect_error: str = "",
                    detail)
 
 
-__all__ = ["MAX_PROBES", "REASONS", "STEP", "Result", "Verdict", "bounds", "judge",
-           "next_size"]
+__all__ = ["LOPSIDED_RATIO", "LOPSIDED_TX", "LOPSIDED_WINDOW", "MAX_PROBES", "REASONS",
+           "STEP", "Result", "Sample", "Verdict", "bounds", "judge", "lopsided", "next_size"]
