@@ -208,7 +208,8 @@ class PmtuSettings(CheckSettings):
         duration=True, bounds=(0.2, 30.0))
     suspect_spacing: float = setting(
         600.0, "Least time between two probes started by a suspicion (the WireGuard check "
-        "sees data leaving unanswered while the small tunnel-path MQTT probes pass).",
+        "sees data leaving unanswered, or its counters show bulk data out and under 1.5 % "
+        "back, while the small tunnel-path MQTT probes pass).",
         duration=True, bounds=(10.0, 86400.0))
     clamp: bool = setting(
         False, "The opt-in remedy: on `pmtu_blackhole`, clamp TCP MSS of connections in and "
@@ -230,6 +231,10 @@ class PmtuSettings(CheckSettings):
     retry_interval: float | None = setting(
         10.0, "Quick re-check while in doubt (see the common keys).", duration=True,
         bounds=(1.0, 86400.0))
+    recover_after: int = setting(
+        1, "Consecutive better results before a bad state clears: one full-size segment "
+        "acknowledged proves the path (and readiness does not wait a second probe after "
+        "the tunnel comes up).")
     required: bool = setting(
         True, "The check gates `/readyz`: with a black hole the collectors' large "
         "publishes hang although the small probes pass.")
