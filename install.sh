@@ -52,6 +52,11 @@ if [ "$uninstall" -eq 1 ]; then
   if have_systemd; then
     systemctl disable --now edgeheal.service edgeheal-offload.service 2>/dev/null || true
   fi
+  # the pmtu check's opt-in MSS clamp: the agent removes it when it stops; a killed agent
+  # may leave it behind, and nothing of edgeheal may outlive the uninstall
+  if command -v nft >/dev/null 2>&1; then
+    nft delete table inet edgeheal_mss 2>/dev/null || true
+  fi
   rm -f "$UNIT_DIR/edgeheal.service" "$UNIT_DIR/edgeheal-offload.service" \
         "$POLKIT_DIR/50-edgeheal-k3s-restart.rules" "$POLKIT_DIR/49-edgeheal-uplink.rules" \
         "$POLKIT_DIR/49-edgeheal-reboot.rules" "$BIN"

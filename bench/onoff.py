@@ -50,7 +50,8 @@ from edgeheal.lab.scenarios import SCENARIOS
 FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_recreated",
                "uplink-outage": "outage_start", "lossy-link": "loss_start",
                "dead-neighbour": "neighbour_off", "flapping-uplink": "flapping_start",
-               "stuck-modem": "modem_stuck", "no-coverage": "coverage_lost"}
+               "stuck-modem": "modem_stuck", "no-coverage": "coverage_lost",
+               "pmtu-blackhole": "mtu_dropped"}
 """The mark where each scenario's fault begins; absent: the fault is there from boot."""
 NO_AGENT_WAIT = 15.0
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from edgeheal.config import CheckSettings, Config
     from edgeheal.model import CheckResult, CheckStatus
 
-BUILTIN = ("offload", "wireguard", "mqtt", "uplink")
+BUILTIN = ("offload", "wireguard", "mqtt", "uplink", "pmtu")
 """Check modules loaded by the agent, in display order."""
 
 

@@ -186,6 +186,61 @@ class UplinkSettings(CheckSettings):
 
 
 @dataclass(frozen=True, slots=True)
+class PmtuSettings(CheckSettings):
+    """`[pmtu]`: the path-MTU black-hole check (docs/pmtu.md). Ships off: its section turns
+    it on, because it sends traffic a fleet never asked for."""
+
+    target: str = setting(
+        "", "`host:port` of a TCP listener reached through the tunnel (a broker: the "
+        "probe's full-size segment is a valid MQTT CONNECT, so an MQTT broker sees a client "
+        "that connects and leaves). Empty: the first enabled tunnel-path `[[mqtt.targets]]` "
+        "entry's host and port, the collectors' own path.")
+    interface: str = setting(
+        "flannel-wg", "The tunnel device: its MTU is the full size the probe must get "
+        "through, and the MSS clamp (`clamp`) matches traffic in and out of it.")
+    floor: int = setting(
+        1200, "Smallest IP packet size the search tries, bytes. A path that loses even "
+        "this (but completes a TCP handshake) is `no_size_passed`, not an MTU verdict.",
+        bounds=(576.0, 9000.0))
+    wait: float = setting(
+        3.0, "How long one probe segment may take to be acknowledged (TCP retransmits it "
+        "meanwhile, so one lost packet does not lose a size) before its size counts as lost.",
+        duration=True, bounds=(0.2, 30.0))
+    suspect_spacing: float = setting(
+        600.0, "Least time between two probes started by a suspicion (the WireGuard check "
+        "sees data leaving unanswered, or its counters show bulk data out and under 1.5 % "
+        "back, while the small tunnel-path MQTT probes pass).",
+        duration=True, bounds=(10.0, 86400.0))
+    clamp: bool = setting(
+        False, "The opt-in remedy: on `pmtu_blackhole`, clamp TCP MSS of connections in and "
+        "out of `interface` to the largest size that passed, with an nftables table of "
+        "edgeheal's own (`inet edgeheal_mss`); removed when a full-size probe passes again "
+        "and when the agent stops. Never a restart. Needs CAP_NET_ADMIN.")
+    mark: int = setting(
+        0x00E40000, "Packet mark of the probe's own connection while the clamp is on, so "
+        "the clamp leaves it alone and a full-size probe can see the path heal. Pick one "
+        "that no other mark user on the node (kube-proxy: 0x4000, 0x8000) matches.",
+        bounds=(1.0, 4294967295.0))
+    interval: float | None = setting(
+        3600.0, "Cadence of the probe while healthy: one TCP connection with one "
+        "full-size segment, about 2.7 kB through the tunnel (66 kB a day; bench/pmtu_cost.py).",
+        duration=True, bounds=(10.0, 86400.0))
+    timeout: float = setting(
+        60.0, "Bound of one run (a search of up to 9 sizes, each up to `wait`).",
+        duration=True, bounds=(1.0, 600.0))
+    retry_interval: float | None = setting(
+        10.0, "Quick re-check while in doubt (see the common keys).", duration=True,
+        bounds=(1.0, 86400.0))
+    recover_after: int = setting(
+        1, "Consecutive better results before a bad state clears: one full-size segment "
+        "acknowledged proves the path (and readiness does not wait a second probe after "
+        "the tunnel comes up).")
+    required: bool = setting(
+        True, "The check gates `/readyz`: with a black hole the collectors' large "
+        "publishes hang although the small probes pass.")
+
+
+@dataclass(frozen=True, slots=True)
 class MqttTarget(CheckSettings):
     name: str = setting("", "Target name; also the check's name (`/probe/<name>`).")
     host: str = setting("", "Broker host name or address.")
@@ -382,6 +437,7 @@ class Config:
     wireguard: WireguardSettings = field(default_factory=WireguardSettings)
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     uplink: UplinkSettings = field(default_factory=UplinkSettings)
+    pmtu: PmtuSettings = field(default_factory=PmtuSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     kubernetes: KubernetesSettings | None = field(
         default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))

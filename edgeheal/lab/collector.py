@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
     parser.add_argument("--client-id", required=True)
     parser.add_argument("--stats", required=True)
     parser.add_argument("--deadline", type=float, default=30.0)
+    parser.add_argument("--payload", type=int, default=0,
+                        help="pad each reading to this many bytes (a large publish fills "
+                        "whole TCP segments: the pmtu-blackhole scenario)")
     args = parser.parse_args(argv)
 
     lock = threading.Lock()
@@ -72,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:  # noqa: PLR0915 - one linear sc
         seq += 1
         with lock:
             counts["sent"] = int(counts["sent"]) + 1
-        info = client.publish(f"collector/{args.client_id}", json.dumps(
-            {"seq": seq, "t": now}), qos=1)
+        reading: dict[str, Any] = {"seq": seq, "t": now}
+        if args.payload:
+            reading["pad"] = "x" * max(0, args.payload - 40)
+        info = client.publish(f"collector/{args.client_id}", json.dumps(reading), qos=1)
         with lock:
             if info.rc in (mqtt.MQTT_ERR_SUCCESS, mqtt.MQTT_ERR_NO_CONN):  # sent or queued
                 pending[info.mid] = now

@@ -252,6 +252,12 @@ class Scenario:
     modem: bool = False
     """The uplinks are modems behind a stand-in ModemManager; the agents run the uplink
     check and ladder (edgeheal.lab.modems)."""
+    collector_payload: int = 0
+    """Bytes of each collector reading (0: the usual small one)."""
+    agent_extra: str = ""
+    """TOML added to every agent's config (``{wg}``: the edge's tunnel device)."""
+    agent_extra_tuned: str = ""
+    """TOML added after ``agent_extra`` at the lab's tuning only (not with ``--field``)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
@@ -262,7 +268,9 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
     world = World(workdir, edges=edges or scenario.edges,
                   agent=scenario.agent if agent is None else agent,
                   offload_on_at_boot=scenario.offload_on_at_boot, field=field,
-                  modem=scenario.modem)
+                  modem=scenario.modem, collector_payload=scenario.collector_payload,
+                  agent_extra=scenario.agent_extra + (
+                      "" if field else scenario.agent_extra_tuned))
     budget = scenario.budget * FIELD_BUDGET if field else scenario.budget
     lab: Lab | None = None
     began = time.monotonic()

@@ -370,6 +370,93 @@ async def flapping_uplink(lab: Lab) -> list[Expectation]:
             uplinklab.zero_uplink_actions(lab, carrier)]
 
 
+PMTU_LIMIT = 1360
+"""Outer IP bytes the shrunken carrier link still carries: tunnel packets of up to 1300
+inner bytes (1360 - 20 IP - 8 UDP - 32 WireGuard) pass, the device's 1420 do not."""
+PMTU_PAYLOAD = 4000
+"""Bytes of each collector reading in ``pmtu-blackhole``: every publish fills segments."""
+PMTU_AGENT = '[pmtu]\ninterface = "{wg}"\nclamp = true\n'
+"""The scenario's ``[pmtu]``: the shipped defaults, the clamp opted in."""
+PMTU_TUNED = 'interval = "20s"\n'
+"""At the lab's K = 5 s the cloud's keepalives reach the edge every 5 s, so the WireGuard
+check never sees 12 s of unanswered data (the suspicion needs it); the lab's tuning probes
+every 20 s instead. ``--field`` (K = 25 s, the hourly default) relies on the suspicion."""
+
+
+def _mss_table(edge: Edge) -> bool:
+    from edgeheal.lab.netns import run
+
+    return run(["nft", "list", "table", "inet", "edgeheal_mss"], ns=edge.ns,
+               check=False).returncode == 0
+
+
+async def pmtu_blackhole(lab: Lab) -> list[Expectation]:
+    """The carrier's link shrinks below the tunnel's packets and drops ICMP "fragmentation
+    needed" for 90 s (150 s with ``--field``): handshakes, keepalives and the small MQTT
+    probes pass, the collector's 4 kB publishes hang. The ``pmtu`` check finds it, the
+    opt-in clamp lowers the MSS of new connections, and the collector's next connection
+    passes; no Flannel restart."""
+    edge = lab.world.edges[0]
+    out = await _settle(lab)
+    if lab.world.with_agent:
+        await lab.until(lambda: lab.state(edge, "pmtu") == "ok", 30, "the first pmtu run")
+
+    def delivered() -> int:
+        return int(lab.world.collector_stats(edge).get("delivered", 0) or 0)
+
+    flowing_before = delivered()
+    fault = lab.mark("mtu_dropped")
+    lab.world.path_mtu(edge, PMTU_LIMIT)
+    lab.note("lab", f"fault: the carrier's link carries at most {PMTU_LIMIT} bytes and drops "
+             "ICMP 'fragmentation needed' (tunnel MTU 1420)", edge.name)
+    await lab.hold(4)
+    hung_from = delivered()
+    await lab.hold(8)
+    hung = delivered() == hung_from
+    within = 60.0
+    duration = lab.scaled(90, 150)  # fixed, so that bench/onoff.py compares like for like
+    detected = await lab.until(lambda: lab.state(edge, "pmtu") in ("failed", "degraded"),
+                               within + 30, "the pmtu verdict")
+    t_detect = lab.mark("pmtu_verdict") - fault
+    verdict = lab.reason(edge, "pmtu")
+    doc = lab.world.status(edge) or {}
+    detail = ((doc.get("checks") or {}).get("pmtu") or {}).get("detail") or {}
+    clamped = _mss_table(edge)
+    at_verdict = delivered()
+    passing = await lab.until(lambda: delivered() >= at_verdict + 5,
+                              max(1.0, fault + duration - lab.now()),
+                              "large publishes passing under the clamp")
+    t_passing = lab.now() - fault
+    await lab.hold(max(0.0, fault + duration - lab.now()))
+    restarts_during = len(lab.world.kube.deletions)
+    lab.world.path_mtu(edge, None)
+    lifted = lab.mark("mtu_restored")
+    lab.note("lab", "the carrier's link carries full-size packets again", edge.name,
+             marker="fault_end")
+    recovered = await lab.until(lambda: lab.state(edge, "pmtu") == "ok"
+                                and not _mss_table(edge), 90, "pmtu ok, the clamp removed")
+    t_recovered = lab.now() - lifted
+    return [*out,
+            Expectation("collector publishes flowed before the fault", flowing_before > 0,
+                        f"{flowing_before} delivered"),
+            Expectation("the fault hangs the collector's large publishes", hung,
+                        f"delivered {hung_from} -> {delivered() if not hung else hung_from} "
+                        "between 4 s and 12 s after the fault"),
+            Expectation(f"pmtu verdict within {within:g} s",
+                        detected and t_detect <= within and verdict in (
+                            "pmtu_blackhole", "clamped"),
+                        f"{verdict} {t_detect:.1f}s after the fault, largest passed "
+                        f"{detail.get('largest_passed')}, lost {detail.get('smallest_lost')}"
+                        if detected else "never"),
+            Expectation("the opt-in clamp installed (table inet edgeheal_mss)", clamped),
+            Expectation("large publishes pass again under the clamp", passing,
+                        f"{t_passing:.1f}s after the fault" if passing else "never"),
+            Expectation("no Flannel restart", restarts_during == 0,
+                        f"{restarts_during} pod deletions"),
+            Expectation("pmtu ok and the clamp removed after the link healed", recovered,
+                        f"{t_recovered:.1f}s after" if recovered else "never")]
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("boot-with-offload", "the edge boots with TX checksum offload on; the agent "
              "turns it off and the tunnel comes up", boot_with_offload,
@@ -393,6 +480,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("stuck-modem", "the carrier silently drops the edge's traffic while the modem "
              "looks healthy; the uplink ladder reconnects the data session and it heals",
              uplinklab.stuck_modem, budget=330, modem=True),
+    Scenario("pmtu-blackhole", "the carrier's MTU drops below the tunnel's and ICMP "
+             "'fragmentation needed' is dropped; large publishes hang until the pmtu check's "
+             "opt-in MSS clamp, no restart", pmtu_blackhole, budget=330,
+             collector_payload=PMTU_PAYLOAD, agent_extra=PMTU_AGENT,
+             agent_extra_tuned=PMTU_TUNED),
     Scenario("no-coverage", "the modem loses the network for longer than the ladder waits "
              "on a stuck modem; the agent only alerts", uplinklab.no_coverage, budget=330,
              modem=True),

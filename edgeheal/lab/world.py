@@ -148,7 +148,8 @@ class World:
 
     def __init__(self, workdir: Path, *, edges: int = 1, agent: bool = True,
                  offload_on_at_boot: bool = True, field: bool = False,
-                 modem: bool = False) -> None:
+                 modem: bool = False, collector_payload: int = 0,
+                 agent_extra: str = "") -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
         self.field = field
@@ -161,6 +162,10 @@ class World:
         self.modem = modem
         """Each edge's uplink is a modem behind a stand-in ModemManager (its own private
         D-Bus), and the agents run the uplink check and ladder against it."""
+        self.collector_payload = collector_payload
+        """Bytes of each collector reading (0: a small JSON reading, as always)."""
+        self.agent_extra = agent_extra
+        """TOML added to every agent's config (``{wg}`` names the edge's tunnel device)."""
         self.modems: dict[str, Any] = {}
         """edge name -> its FakeModemManager (edgeheal.lab.modemmanager)."""
         self.sandbox = Sandbox()
@@ -353,7 +358,8 @@ class World:
         edge.collector = self.sandbox.spawn(
             [sys.executable, "-m", "edgeheal.lab.collector", "--host", BROKER_CLUSTER_IP,
              "--port", str(self.mqtt_port), "--client-id", f"collector-{edge.name}",
-             "--stats", str(edge.workdir / "collector.json")],
+             "--stats", str(edge.workdir / "collector.json"),
+             "--payload", str(self.collector_payload)],
             ns=edge.ns, log_path=edge.workdir / "collector.log")
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
@@ -363,7 +369,8 @@ class World:
 
         return agent_config.render(edge, mqtt_port=self.mqtt_port, shipped=self.field,
                                    uplink=bool(edge.modem_bus), remediation=remediation,
-                                   extra=extra)
+                                   extra=self.agent_extra.replace("{wg}", edge.wg_ifname)
+                                   + extra)
 
     def start_agent(self, edge: Edge, **kw: Any) -> None:
         edge.config_path.write_text(self.agent_config(edge, **kw))
@@ -447,6 +454,21 @@ class World:
         else:
             run(["nft", "delete", "table", "inet", "lab_outage"], ns=edge.carrier,
                 check=False)
+
+    def path_mtu(self, edge: Edge, limit: int | None) -> None:
+        """The carrier's link towards the cloud shrinks: tunnel packets over ``limit``
+        bytes (outer IP) vanish and no ICMP "fragmentation needed" comes back, both ways
+        (a black-holing carrier tunnel); None lifts it. Every tunnel packet reaches the
+        relay with dport 51820, whichever its direction."""
+        if limit is None:
+            run(["nft", "delete", "table", "inet", "lab_pmtu"], ns=edge.carrier, check=False)
+            return
+        self.sandbox.nft(edge.carrier, "table inet lab_pmtu {\n chain inp {\n"
+                         "  type filter hook input priority -10;\n"
+                         f"  udp dport {WG_PORT} ip length > {limit} drop\n"
+                         " }\n chain out {\n  type filter hook output priority -10;\n"
+                         "  icmp type destination-unreachable icmp code frag-needed drop\n"
+                         " }\n}\n")
 
     def loss(self, edge: Edge, percent: int | None) -> None:
         """Random loss on the tunnel's UDP through the carrier (None lifts it)."""

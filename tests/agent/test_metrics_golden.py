@@ -101,6 +101,9 @@ host = "{cloud.overlay}"
 port = 1883
 path = "tunnel"
 timeout = "1s"
+[pmtu]
+interface = "{edge.ifname}"
+wait = "1s"
 [alerts]
 target = "direct"
 [remediation]

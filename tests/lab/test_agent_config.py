@@ -64,3 +64,20 @@ def test_extra_comes_after_the_base_and_before_the_uplink_sections(tmp_path: Pat
     text = render(_edge(tmp_path, modem=True), mqtt_port=1, shipped=False, uplink=True,
                   extra="[x]\ny = 1\n")
     assert text.index('mode = "pod"') < text.index("[x]\ny = 1\n") < text.index("[uplink]")
+
+
+def test_the_pmtu_scenario_opts_in_to_the_clamp_and_tunes_only_at_the_labs_tuning(
+        tmp_path: Path) -> None:
+    from edgeheal import settings
+    from edgeheal.lab.scenarios import SCENARIOS
+
+    scenario = SCENARIOS["pmtu-blackhole"]
+    edge = _edge(tmp_path, modem=False)
+    extra = scenario.agent_extra.replace("{wg}", edge.wg_ifname)
+    shipped = render(edge, mqtt_port=1, shipped=True, uplink=False, extra=extra)
+    assert _keys(tomllib.loads(shipped)) <= NAMING | {"interface", "clamp"}  # no tuning
+    cfg = settings.loads(shipped)
+    assert (cfg.pmtu.interface, cfg.pmtu.clamp, cfg.pmtu.interval) == ("wg3", True, 3600.0)
+    tuned = settings.loads(render(edge, mqtt_port=1, shipped=False, uplink=False,
+                                  extra=extra + scenario.agent_extra_tuned))
+    assert tuned.pmtu.interval == 20.0
