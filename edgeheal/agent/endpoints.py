@@ -199,6 +199,8 @@ async def _heavy(request: web.Request,
         except compat.TimeoutErrors:  # aiohttp takes the closed connection for the client leaving
             if request.transport is not None:
                 request.transport.abort()
+        except ConnectionError:
+            pass  # the client left first (its timeout on a busy box): routine, not an error
         return response
     finally:
         slots.release()

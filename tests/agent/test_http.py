@@ -352,3 +352,39 @@ def test_memory_limits_are_read_from_the_cgroup(tmp_path: Path) -> None:
     samples = families["edgeheal_memory_limit_bytes"].samples
     assert [(s.labels, s.value) for s in samples] == [({"limit": "high"}, 100663296)]
     assert _cgroup_files(tmp_path / "missing", tmp_path / "sys") == {}
+
+
+@pytest.mark.parametrize("path", ["/status", "/metrics"])
+async def test_a_client_that_leaves_before_the_answer_is_no_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        path: str) -> None:
+    """A reader that gives up (a 1 s client timeout on a busy box) before its /status or
+    /metrics is written is routine: no ``level=error`` traceback, the slot given back."""
+    left = asyncio.Event()
+    make = http._status_body if path == "/status" else http._metrics_body
+
+    async def after_the_client_left(request: Any) -> Any:
+        await left.wait()
+        return await make(request)
+
+    monkeypatch.setattr(http, "_status_body" if path == "/status" else "_metrics_body",
+                        after_the_client_left)
+    async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
+        port = int(agent.base.rsplit(":", 1)[1])
+        caplog.set_level(logging.DEBUG)
+        for _ in range(http.MAX_HEAVY + 1):  # a leaked slot would show as a 503 below
+            left.clear()
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            writer.transport.abort()  # the client's timeout: gone, answer unread
+            await asyncio.sleep(0.05)
+            left.set()
+            await asyncio.sleep(0.05)
+        monkeypatch.setattr(http, "_status_body" if path == "/status" else "_metrics_body",
+                            make)
+        status, _ = await agent.get(path)
+        assert status == 200
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
