@@ -186,7 +186,8 @@ async def _heavy(request: web.Request,
     slot is given back."""
     slots = request.app[SLOTS]
     try:
-        await asyncio.wait_for(slots.acquire(), HEAVY_WAIT)
+        async with compat.timeout(HEAVY_WAIT):  # wait_for before 3.12: a cancel can keep a slot
+            await slots.acquire()
     except compat.TimeoutErrors:
         return web.json_response({"error": "busy: too many /metrics and /status requests"},
                                  status=503, headers={"Retry-After": "1"})

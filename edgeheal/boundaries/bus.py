@@ -20,7 +20,6 @@ agent's memory budget is tight and a node that never talks D-Bus never pays for 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -139,8 +138,9 @@ class Bus:
             raise BusError(f"{what}: lost the bus at {self.address}", name=DISCONNECTED,
                            kind="disconnected", call=what)
         try:
-            # typed as always a Message; dbus-fast answers None when the bus went away
-            reply = cast("Message | None", await asyncio.wait_for(self.raw.call(msg), limit))
+            async with compat.timeout(limit):  # wait_for before 3.12 can swallow a cancel
+                # typed as always a Message; dbus-fast answers None when the bus went away
+                reply = cast("Message | None", await self.raw.call(msg))
         except compat.TimeoutErrors as err:
             raise BusError(f"{what}: no answer within {limit or 0:g}s", name=TIMEOUT,
                            kind="timeout", call=what) from err
@@ -173,8 +173,8 @@ class Bus:
         with contextlib.suppress(Exception):
             self.raw.disconnect()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(
-                self.raw.wait_for_disconnect(), 2.0)  # type: ignore[no-untyped-call]
+            async with compat.timeout(2.0):
+                await self.raw.wait_for_disconnect()  # type: ignore[no-untyped-call]
 
 
 async def open_bus(address: str, *, limit: float | None = CALL_TIMEOUT,
@@ -195,7 +195,8 @@ async def open_bus(address: str, *, limit: float | None = CALL_TIMEOUT,
         raise BusError(f"not a usable D-Bus address: {address}: {err}", name=BAD_ADDRESS,
                        kind="config") from err
     try:
-        await asyncio.wait_for(raw.connect(), limit)
+        async with compat.timeout(limit):  # wait_for before 3.12 can swallow a cancel
+            await raw.connect()
     except (*compat.TimeoutErrors, OSError, EOFError, DBusFastError, ValueError) as err:
         with contextlib.suppress(Exception):
             raw.disconnect()

@@ -139,7 +139,8 @@ class ControlServer:
     async def answer(self, reader: asyncio.StreamReader) -> dict[str, Any]:
         """Read one request line and return the reply to it; never raises on bad input."""
         try:
-            line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT)
+            async with compat.timeout(READ_TIMEOUT):
+                line = await reader.readline()
             name, args = parse_request(line)
         except compat.TimeoutErrors:
             self.bad_requests += 1

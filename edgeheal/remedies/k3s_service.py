@@ -282,7 +282,8 @@ class K3sServiceRemedy:
         """Until a signal arrives, or REREAD_INTERVAL passes; fail if the bus went away."""
         bus.bus.check()
         with contextlib.suppress(*compat.TimeoutErrors):
-            await asyncio.wait_for(woken.wait(), REREAD_INTERVAL)
+            async with compat.timeout(REREAD_INTERVAL):
+                await woken.wait()
         woken.clear()
 
     def _error(self, err: BusError, unit: str) -> RemedyError:

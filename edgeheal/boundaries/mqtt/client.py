@@ -220,7 +220,8 @@ class Connection:
             self._disconnecting = True
             client.disconnect()
             with contextlib.suppress(*compat.TimeoutErrors):
-                await asyncio.wait_for(asyncio.shield(self.closed), limit)
+                async with compat.timeout(limit):
+                    await asyncio.shield(self.closed)
         self.abort()
 
     def abort(self, error: MqttError | None = None) -> None:

@@ -231,7 +231,8 @@ class Link:
         fut = conn.publish(topic, payload, retain=retain)
         limit = limit if limit is not None else 2 * max(1.0, self.target.keepalive)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), limit)
+            async with compat.timeout(limit):  # wait_for before 3.12 can swallow a cancel
+                await asyncio.shield(fut)
         except compat.TimeoutErrors as err:
             conn.abort(MqttError("timeout", f"{self.target.name}: no PUBACK within "
                                  f"{limit:g}s"))
