@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from edgeheal.boundaries.mqtt.link import TAKEOVER_COUNT, Link
+from edgeheal.cli.status import render_status
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from edgeheal.lab.netns import Sandbox
 from tests.hardening.test_agent_process import (
@@ -94,6 +95,7 @@ async def test_links_with_their_own_ids_are_never_counted_as_taken_over(
 
 # --- through two real agents -----------------------------------------------------------------
 
+@pytest.mark.daemon  # mosquitto
 def test_two_agents_with_one_node_name_say_so_once_each(sandbox: Sandbox,
                                                         tmp_path: Path) -> None:
     broker = Mosquitto(sandbox, tmp_path)
@@ -140,3 +142,13 @@ def test_two_agents_with_one_node_name_say_so_once_each(sandbox: Sandbox,
         errors = [line for line in agent.log.splitlines() if "level=error" in line
                   and "another client connected with our client id" in line]
         assert len(errors) == 1, errors
+
+
+def test_edgeheal_status_says_another_client_uses_the_id() -> None:
+    doc = {"node": "n", "version": "v", "uptime_seconds": 1, "ready": True, "checks": {},
+           "actions": [], "alerts": {"session_taken_over": {
+               "client_id": "edgeheal-n-broker", "total": 4, "duplicate_client_id": True}}}
+    assert "another client uses client id edgeheal-n-broker (4 session takeovers)" in \
+        render_status(doc)
+    doc["alerts"]["session_taken_over"]["duplicate_client_id"] = False  # type: ignore[index]
+    assert "another client" not in render_status(doc)

@@ -33,6 +33,7 @@ from edgeheal.agent.remediation.history import FORMAT as HISTORY_FORMAT
 from edgeheal.agent.remediation.history import Store, Timeline
 from edgeheal.base import statefile
 from edgeheal.base.statefile import NewerFormat, StateFileError
+from edgeheal.cli.status import render_status
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from edgeheal.lab.netns import Sandbox
 from edgeheal.tools.doctor import state
@@ -191,6 +192,7 @@ def _received(path: Path) -> list[dict[str, object]]:
     return out
 
 
+@pytest.mark.daemon  # mosquitto
 def test_an_upgrade_delivers_0_2_0s_queued_alerts_and_keeps_the_circuit(
         sandbox: Sandbox, tmp_path: Path) -> None:
     state = tmp_path / "state"
@@ -224,6 +226,7 @@ def test_an_upgrade_delivers_0_2_0s_queued_alerts_and_keeps_the_circuit(
         "kube-flannel/kube-flannel-ds-a", "kube-flannel/kube-flannel-ds-b"]
 
 
+@pytest.mark.daemon  # mosquitto
 def test_a_downgrade_serves_says_it_once_and_leaves_the_newer_files_untouched(
         sandbox: Sandbox, tmp_path: Path) -> None:
     state = tmp_path / "state"
@@ -270,3 +273,13 @@ def test_doctor_reads_the_formats_and_warns_of_a_newer_file_touching_nothing(
     assert "downgrade" in found.found
     assert {name: _digest(tmp_path / name) for name in FILES} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FILES)
+
+
+def test_edgeheal_status_says_which_state_file_is_newer() -> None:
+    doc = {"node": "n", "version": "v", "uptime_seconds": 1, "ready": True, "checks": {},
+           "actions": [], "state_files": {"newer": [
+               {"file": "alerts.sqlite3", "format": 2, "known_format": 1}, "junk"]}}
+    text = render_status(doc)
+    assert "state file alerts.sqlite3 is in format 2, newer than this agent reads " \
+        "(up to 1)" in text
+    assert "state file" not in render_status({**doc, "state_files": {"newer": "x"}})
