@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.boundaries.mqtt.link import TAKEOVER_COUNT, Link
+from edgeheal.boundaries.mqtt.link import TAKEOVER_COUNT, TAKEOVER_WINDOW, Link, Takeovers
 from edgeheal.cli.status import render_status
 from edgeheal.lab.mosquitto import Mosquitto, free_port
 from edgeheal.lab.netns import Sandbox
@@ -152,3 +152,15 @@ def test_edgeheal_status_says_another_client_uses_the_id() -> None:
         render_status(doc)
     doc["alerts"]["session_taken_over"]["duplicate_client_id"] = False  # type: ignore[index]
     assert "another client" not in render_status(doc)
+
+
+@pytest.mark.parametrize(("times", "now", "duplicate"), [
+    ((), 0.0, False),
+    ((1.0, 2.0), 3.0, False),                       # two: a broker restart and one more
+    ((1.0, 2.0, 3.0), 3.0, True),
+    ((1.0, 2.0, 3.0), 1.0 + TAKEOVER_WINDOW, False),  # the oldest has left the window
+    ((100.0, 200.0, 300.0), 100.0 + TAKEOVER_WINDOW - 1, True),
+])
+def test_a_duplicate_is_three_takeovers_inside_the_window(
+        times: tuple[float, ...], now: float, duplicate: bool) -> None:
+    assert Takeovers("id", len(times), times).duplicate(now) is duplicate

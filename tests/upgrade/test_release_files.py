@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.agent.alerts import lifecycle
+from edgeheal.agent.alerts import lifecycle, outbox_file
 from edgeheal.agent.alerts.outbox import Outbox
 from edgeheal.agent.alerts.outbox_file import FORMAT as OUTBOX_FORMAT
 from edgeheal.agent.remediation.history import FORMAT as HISTORY_FORMAT
@@ -283,3 +283,11 @@ def test_edgeheal_status_says_which_state_file_is_newer() -> None:
     assert "state file alerts.sqlite3 is in format 2, newer than this agent reads " \
         "(up to 1)" in text
     assert "state file" not in render_status({**doc, "state_files": {"newer": "x"}})
+
+
+def test_the_outbox_format_is_read_through_a_relative_path_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _copy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert outbox_file.format_of(Path("alerts.sqlite3")) == 0
+    assert outbox_file.format_of(Path("missing.sqlite3")) is None

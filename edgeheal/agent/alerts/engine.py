@@ -109,6 +109,8 @@ class AlertEngine:
         self.link = link
         self._mqtt_paths = {t.name: t.path for t in cfg.mqtt.targets}
         self.metrics = AlertMetrics(ctx.registry, wall=self.wall)
+        if link is not None:  # read at scrape time: it ends when the takeovers stop
+            self.metrics.duplicate.set_function(lambda: 1.0 if link.duplicate else 0.0)
         self._wake = asyncio.Event()
         self._alert_test = AlertTest(self)
         self._status_doc: dict[str, Any] | None = None
@@ -372,9 +374,7 @@ class AlertEngine:
         if takeovers.total > self._takeovers_seen:
             self.metrics.taken_over.inc(takeovers.total - self._takeovers_seen)
             self._takeovers_seen = takeovers.total
-        duplicate = link.duplicate
-        self.metrics.duplicate.set(1 if duplicate else 0)
-        if duplicate and not self._duplicate_said:
+        if link.duplicate and not self._duplicate_said:
             self._duplicate_said = True
             self.raise_alert(
                 "alerts.duplicate_client_id",

@@ -88,8 +88,8 @@ def format_of(path: Path) -> int | None:
         return None
     wal = path.with_name(path.name + "-wal").exists()
     try:
-        db = sqlite3.connect(f"{path.as_uri()}?{'mode=ro' if wal else 'immutable=1'}",
-                             uri=True, timeout=LOCK_WAIT)
+        uri = f"{path.absolute().as_uri()}?{'mode=ro' if wal else 'immutable=1'}"
+        db = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT)
     except sqlite3.Error:
         return None
     try:
