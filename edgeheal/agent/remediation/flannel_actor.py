@@ -54,6 +54,7 @@ from edgeheal.model import Context, Event, Snapshot, State, rfc3339
 from edgeheal.remedies import Remedy, RemedyError
 
 if TYPE_CHECKING:
+    from edgeheal.base.statefile import Newer
     from edgeheal.boundaries.kube import KubeClient
 
 log = logging.getLogger("edgeheal.remediation.actor")  # the name operators grep for
@@ -107,6 +108,9 @@ class Remediator:
             reset = self._store.reset
             self._emit("agent.state_reset", f"state file {reset.file} was unusable "
                        f"({reset.reason}); started afresh", reset.detail())
+        if self._store.newer is not None:  # a downgrade: the file waits, untouched
+            self._emit("agent.state_newer", self._store.newer.describe(),
+                       self._store.newer.detail())
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
@@ -118,6 +122,11 @@ class Remediator:
         operator.register(self)
 
     # --- state -----------------------------------------------------------------------------
+
+    @property
+    def state_newer(self) -> Newer | None:
+        """The history file is of a newer format (kept in memory, never written), or None."""
+        return self._store.newer
 
     @property
     def remedy(self) -> Remedy | None:

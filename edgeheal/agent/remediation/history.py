@@ -37,6 +37,13 @@ a count that is not a small integer: :mod:`edgeheal.base.statefile` bounds it) i
 (``.corrupt-<time>``) and the actor starts with an empty history: losing the history must
 never stop the monitoring. :class:`HistoryError` names the file; it is logged once, never
 fatal, and :attr:`Store.reset` says so for the ``agent.state_reset`` alert.
+
+**Format.** The file carries ``"format":`` :data:`FORMAT`; release 0.2.0 wrote none (its
+``"version": 1`` was never read) and its files are format 1, read as they are and given the
+field on the next save. A file of a newer format (a downgrade) is not read and never written:
+:attr:`Store.newer` says so, the actor starts with an empty history kept in memory for this
+run, and the file waits untouched for the release that wrote it
+(:mod:`edgeheal.base.statefile`).
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeheal.base import statefile
-from edgeheal.base.statefile import Reset, StateFileError
+from edgeheal.base.statefile import Newer, NewerFormat, Reset, StateFileError
 from edgeheal.base.writer import Writer
 from edgeheal.core.safeguards import KEEP, History, Record
 
@@ -61,6 +68,8 @@ log = logging.getLogger("edgeheal.remediation.history")  # the name operators gr
 HISTORY_FILE = "remediation-history.json"
 MAX_FAILURES_IN_ROW = 1_000_000
 """A restarts-in-a-row count beyond this is not one the agent wrote."""
+FORMAT = 1
+"""The history file's format (0.2.0's files carry none: the same format, 1)."""
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -105,7 +114,7 @@ def save(path: Path, history: History, timeline: Timeline) -> None:
     elif history.paused_until is not None:
         paused = timeline.to_boot(history.paused_until)
     data = {
-        "version": 1, "boot_id": timeline.boot_id,
+        "format": FORMAT, "boot_id": timeline.boot_id,
         "failures_in_row": history.failures_in_row, "circuit_open": history.circuit_open,
         "paused_until_boottime": paused,
         "direct_was_down": history.direct_was_down,
@@ -132,9 +141,14 @@ def save(path: Path, history: History, timeline: Timeline) -> None:
 
 
 def load(path: Path, timeline: Timeline) -> History:
-    """Read the history; a missing file is an empty history; raise HistoryError if corrupt."""
+    """Read the history; a missing file is an empty history; raise HistoryError if corrupt,
+    :class:`NewerFormat` if it is of a newer format than :data:`FORMAT`."""
     try:
         data = statefile.read(path)
+        if data is not None:
+            statefile.format_of(data, what=path.name, known=FORMAT)
+    except NewerFormat:
+        raise
     except StateFileError as err:
         raise HistoryError(f"remediation history {err}") from err
     except OSError as err:
@@ -183,10 +197,17 @@ class Store:
         self._writer = Writer("edgeheal-history")
         self.reset: Reset | None = None
         """Set when :meth:`load` found a file it could not use (for ``agent.state_reset``)."""
+        self.newer: Newer | None = None
+        """Set when :meth:`load` found a file of a newer format: it is never written, the
+        history is kept in memory (for ``agent.state_newer``)."""
 
     def load(self) -> History:
         try:
             return load(self.path, self.timeline)
+        except NewerFormat as err:
+            self.newer = err.newer
+            log.error("remediation history %s", err.newer.describe())
+            return History()
         except HistoryError as err:
             aside = statefile.move_aside(self.path, time.time())
             cause = err.__cause__
@@ -197,8 +218,10 @@ class Store:
             return History()
 
     def save(self, history: History) -> None:
-        """Queue the write (on a running loop; else write now); see :meth:`written`."""
-        self._writer.post(self._write, history)
+        """Queue the write (on a running loop; else write now); see :meth:`written`. Never
+        for a file of a newer format (:attr:`newer`): that history stays in memory."""
+        if self.newer is None:
+            self._writer.post(self._write, history)
 
     async def written(self) -> None:
         """Wait until every save queued so far is on disk (or failed and was logged)."""

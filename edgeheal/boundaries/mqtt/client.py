@@ -16,6 +16,15 @@ buffered; both are ``protocol_error`` at once. A host name or client id that can
 sent is ``config_error`` before any traffic. Everything that goes wrong becomes an
 :class:`~edgeheal.boundaries.mqtt.MqttError` with a reason from the closed table; an unexpected
 exception in the keepalive task ends the connection as ``internal_error`` (logged).
+
+How a connection ended by the broker is also kept as :attr:`Connection.ended_by`, for the
+link's takeover count (a second client with our client id): ``session_taken_over`` is MQTT
+5's DISCONNECT reason 0x8E, the broker's own word (later Mosquitto releases send it: their
+``test/broker/01-connect-take-over.py``); ``closed_by_broker`` is a connection the broker
+closed in order (FIN) after CONNACK with no DISCONNECT, which is what Mosquitto does to the
+older of two clients with one id under MQTT 3.1.1, and what Mosquitto 2.0.11 (Debian 12's)
+does under MQTT 5 too. A broker restart looks the same, once: only a repeat means a
+takeover.
 """
 
 from __future__ import annotations
@@ -48,7 +57,10 @@ MISC_TICK = 1.0
 _SSL_PENDING_ROUNDS = 64
 
 
-__all__ = ("CONNACK_311", "Connection", "client_id", "read_password")
+SESSION_TAKEN_OVER = 0x8E
+"""MQTT 5 DISCONNECT reason "Session taken over": another client connected with our id."""
+
+__all__ = ("CONNACK_311", "SESSION_TAKEN_OVER", "Connection", "client_id", "read_password")
 
 
 def _check_strings(target: MqttTarget, node: str) -> None:
@@ -116,6 +128,9 @@ class Connection:
         self._pong: asyncio.Future[None] | None = None
         self._in_misc = False
         self._disconnecting = False
+        self.ended_by: str | None = None
+        """``session_taken_over`` (MQTT 5 DISCONNECT 0x8E), ``closed_by_broker`` (the broker
+        closed the connection in order after CONNACK, with no DISCONNECT), or None."""
 
     @property
     def byte_counts(self) -> tuple[int, int]:
@@ -297,9 +312,13 @@ class Connection:
             error = MqttError("timeout", f"{where(self.target)}: no answer to keepalive "
                               f"within {self.keepalive}s")
         elif getattr(flags, "is_disconnect_packet_from_server", False):
+            if getattr(reason, "value", None) == SESSION_TAKEN_OVER:
+                self.ended_by = "session_taken_over"
             error = MqttError("unreachable", f"{where(self.target)}: the broker disconnected "
                               f"us: {reason}")
         else:
+            if tap is not None and tap.eof:
+                self.ended_by = "closed_by_broker"
             error = MqttError("unreachable", f"{where(self.target)}: connection lost")
         self._unwatch()
         self._finish(error)

@@ -21,6 +21,15 @@ two keepalive periods, with no extra CONNECTs. The mqtt check of the alert targe
   queue is never relied on (each connection is a fresh clean session), durability is the
   caller's outbox.
 
+**Two clients with one id.** Two agents with the same ``node_name`` send the same client
+id; the broker lets one in by throwing the other out (MQTT's session takeover), and their
+reconnects knock each other off forever. Each connection the broker ends that way is
+counted (:attr:`Link.takeovers`, from :attr:`Connection.ended_by`: MQTT 5's DISCONNECT
+reason 0x8E, or a connection the broker closed in order after CONNACK without one); at
+:data:`TAKEOVER_COUNT` within :data:`TAKEOVER_WINDOW` the link says so once
+(:attr:`Link.duplicate`, a log line at error; the engine alerts). The client id is not
+changed: an operator's ACLs may name it.
+
 The link's state is one immutable :class:`LinkState` replaced in one step: ``connected``,
 ``reason``, ``message`` and ``since`` always describe the same moment (``connected`` *is*
 ``state.up``). A connection that ends changes the state from the callback of its
@@ -46,7 +55,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgeheal.base import compat
-from edgeheal.boundaries.mqtt import MqttError
+from edgeheal.boundaries.mqtt import MqttError, client_id
 
 if TYPE_CHECKING:
     from edgeheal.boundaries.mqtt.client import Connection
@@ -56,6 +65,30 @@ log = logging.getLogger("edgeheal.mqtt.link")  # the name operators grep for
 
 STABLE_AFTER = 30.0
 """A connection that stayed up this long resets the backoff."""
+TAKEOVER_COUNT = 3
+"""Connections ended by a session takeover within :data:`TAKEOVER_WINDOW` that mean another
+client uses our client id (one clean close can be a broker restart; two agents with one id
+do it at every reconnect, at least once a ``reconnect_max``)."""
+TAKEOVER_WINDOW = 600.0
+"""Seconds over which takeovers are counted (ten times the default ``reconnect_max``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Takeovers:
+    """Connections the broker ended because another client connected with our id."""
+
+    client_id: str
+    total: int = 0
+    """Since start."""
+    recent: tuple[float, ...] = ()
+    """Monotonic times of the last :data:`TAKEOVER_COUNT`."""
+    how: str = ""
+    """The last one's evidence: ``session_taken_over`` or ``closed_by_broker``."""
+
+    def duplicate(self, now: float) -> bool:
+        """Another client uses our id: :data:`TAKEOVER_COUNT` takeovers in the window."""
+        inside = [t for t in self.recent if now - t < TAKEOVER_WINDOW]
+        return len(inside) >= TAKEOVER_COUNT
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +124,31 @@ class Link:
         self._closing = False
         self._on_state: Callable[[LinkState], None] | None = None
         self._confirming: asyncio.Task[None] | None = None
+        self.takeovers = Takeovers(client_id(target, node))
+        """Connections the broker ended for another client with our id (module docstring)."""
+        self._said_duplicate = False
+
+    @property
+    def duplicate(self) -> bool:
+        """Another client uses this link's client id (a session takeover, repeatedly)."""
+        return self.takeovers.duplicate(self.clock())
+
+    def _count_takeover(self, conn: Connection, _closed: object = None) -> None:
+        """A done-callback of ``conn.closed``, before the state goes down: count it."""
+        if conn.ended_by is None or self._closing:
+            return
+        old = self.takeovers
+        self.takeovers = Takeovers(old.client_id, old.total + 1,
+                                   (*old.recent, self.clock())[-TAKEOVER_COUNT:],
+                                   conn.ended_by)
+        if self.duplicate and not self._said_duplicate:
+            self._said_duplicate = True
+            log.error("mqtt link %s: the broker ended our session %d times in %gs because "
+                      "another client connected with our client id %s (%s): two agents "
+                      "with the same node_name on one broker? Give each node its own "
+                      "node_name (or the target its own client_id)", self.target.name,
+                      TAKEOVER_COUNT, TAKEOVER_WINDOW, old.client_id, conn.ended_by,
+                      extra={"check": self.target.name})
 
     @property
     def connected(self) -> bool:
@@ -171,6 +229,7 @@ class Link:
                 up_at = self.clock()
                 self._set(LinkState(True, "ok", f"connected, CONNACK in {rtt * 1000:.1f} ms",
                                     up_at, rtt, self.state.connects + 1, attempt))
+                conn.closed.add_done_callback(functools.partial(self._count_takeover, conn))
                 conn.closed.add_done_callback(functools.partial(self._ended, generation))
                 await asyncio.shield(conn.closed)
                 self._ended(generation, conn.closed)  # no-op: the callback came first

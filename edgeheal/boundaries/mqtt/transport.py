@@ -306,6 +306,8 @@ class Tap:
         self.framer = Framer(max_packet)
         self.rx = 0
         self.tx = 0
+        self.eof = False
+        """The peer closed the connection in order (a read returned no bytes)."""
 
     @property
     def first(self) -> int | None:
@@ -313,6 +315,8 @@ class Tap:
 
     def recv(self, bufsize: int) -> bytes:
         data = self.sock.recv(min(bufsize, RECV_CHUNK))
+        if not data and bufsize > 0:
+            self.eof = True
         self.rx += len(data)
         self.framer.feed(data)
         return data
