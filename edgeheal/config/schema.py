@@ -423,6 +423,13 @@ class RemediationSettings:
         "recover by itself before a restart is considered: an uplink outage stalls the "
         "tunnel too, and restarting Flannel the moment the uplink returns would 'heal' an "
         "outage that was never the tunnel's.", duration=True, bounds=(0.0, 3600.0))
+    restart_jitter: float = setting(
+        30.0, "The first restart of a failure episode waits a random fraction of this long "
+        "(uniform, drawn once per episode) after every other safeguard has let it through: "
+        "a hub fault fails every edge's tunnel in the same second, and this spreads their "
+        "restarts instead of sending them to the K3s server at once. Later restarts of the "
+        "same episode keep `cooldown` only. 0 turns it off.", duration=True,
+        bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
     uplink: UplinkLadderSettings = field(default_factory=UplinkLadderSettings)

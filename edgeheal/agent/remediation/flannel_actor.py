@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -92,12 +93,14 @@ class Remediator:
     def __init__(self, ctx: Context, *, remedy_factory: modes.RemedyFactory | None = None,
                  kube: KubeClient | None = None,
                  boot_clock: Callable[[], float] = boottime, boot: str | None = None,
-                 tick: float = TICK, settings: Any = None) -> None:
+                 tick: float = TICK, settings: Any = None,
+                 rng: random.Random | None = None) -> None:
         self.ctx = ctx
         self.config = ctx.config
         self.settings = settings if settings is not None else ctx.config.remediation
         self.clock, self.wall, self.boot_clock, self.tick = ctx.clock, ctx.wall, boot_clock, tick
         self._kube = kube
+        self.rng = rng or random.Random()  # noqa: S311 - restart jitter, not security
         self._make = remedy_factory or modes.factory(self.config, self.kube, self.LADDER)
         self._store = Store(self.config.agent.state_dir,
                             Timeline(boot_id=boot or boot_id(),
@@ -195,7 +198,7 @@ class Remediator:
                               mode=self.mode if self.remedy is not None else policy.NO_REMEDY,
                               booted_mono=self.clock() - self.boot_clock(),
                               direct_was_down=self.history.direct_was_down)
-        seen = self.history.saw(view)
+        seen = policy.episode_over(view, self.history.saw(view))
         if seen is not self.history:
             self.store(seen)
         return view
@@ -215,7 +218,8 @@ class Remediator:
         """*ladder hook*: the pure decision on this snapshot."""
         view = self.tunnel_view(snap)
         self.reporter.follow(view)
-        return policy.decide(view, self.history, self.clock(), self.settings)
+        return policy.decide(view, self.history, self.clock(), self.settings,
+                             rand=self.rng.random)
 
     def remedy_for(self, action: Action) -> tuple[Remedy | None, str]:
         """*ladder hook*: the remedy an action uses, and its mode name."""
@@ -240,6 +244,8 @@ class Remediator:
                        {"reason": action.reason, "mode": self.mode})
             self.reporter.event(self.NODE_EVENTS["skipped"], action.message, warning=False)
         elif action.kind == "watch":
+            if action.until is not None and action.until != self.history.jitter_until:
+                await self.persist(self.history.waiting_until(action.until))
             if ("watch", action.reason) not in self.announced:
                 self.announced.add(("watch", action.reason))
                 log.warning("remediation: %s", action.message)
