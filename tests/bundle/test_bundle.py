@@ -346,3 +346,29 @@ def test_the_journal_is_asked_for_the_unit_and_the_lines_and_its_failure_is_said
     assert asked == [["journalctl", "--no-pager", "-o", "short-iso", "-u", "x.service",
                       "-n", "50"]]
     assert member.note == "journalctl exited 1: Failed to open journal: EACCES"
+
+
+@pytest.mark.root
+def test_a_short_diagnose_is_added_when_asked_and_its_failure_said(node: Node,
+                                                                   tmp_path: Path) -> None:
+    """The real diagnose, twice: on loopback as the uplink (no WireGuard interface here, so
+    its verdict says so), then with no interface it can use (its error is the member and
+    the manifest's note; the bundle is still written)."""
+    node.log.write_text("")
+    text = node.config.read_text()
+    node.config.write_text(text.replace('interfaces = ["edgeheal-none-*"]', 'interfaces = ["lo"]'))
+    out = tmp_path / "d.tar.gz"
+    proc = run_bundle(node, out, "--no-agent", "--diagnose", "1")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(dict(members(out))["diagnose.json"])
+    assert doc["verdict"]["code"] == "no_tunnel", doc
+    node.config.write_text(text)
+    out = tmp_path / "e.tar.gz"
+    proc = run_bundle(node, out, "--no-agent", "--diagnose", "1")
+    assert proc.returncode == 0, proc.stderr
+    found = dict(members(out))
+    assert "cannot tell which interface is the uplink" in json.loads(
+        found["diagnose.json"])["error"]
+    row = next(m for m in json.loads(found["manifest.json"])["members"]
+               if m["name"] == "diagnose.json")
+    assert row["note"].startswith("diagnose failed: cannot tell which interface")
