@@ -436,6 +436,22 @@ class RemediationSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetSettings:
+    """`[fleet]`: what the fleet says to every agent at once (docs/remediation.md)."""
+
+    hold: bool = setting(
+        False, "Subscribe to `<topic_prefix>/fleet/hold` on the alert connection (one "
+        "subscription, retained; needs `[alerts] target`) and obey a valid hold: while it "
+        "holds, the Flannel ladder skips with `fleet_hold` (the uplink ladder is "
+        "unaffected). Set and released by `edgeheal fleet hold` / `release`. Costs nothing "
+        "between holds; ~200 bytes per hold set or released. Off by default.")
+    max_hold: float = setting(
+        43200.0, "A hold whose `until` is further ahead than this is refused (and alerted): "
+        "a hold that outlives its incident is a fleet that no longer heals itself.",
+        duration=True, bounds=(60.0, 7 * 86400.0))
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     agent: AgentSettings = field(default_factory=AgentSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
@@ -449,6 +465,7 @@ class Config:
     kubernetes: KubernetesSettings | None = field(
         default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     source: str = field(default="", metadata=doc("internal: the file this came from"))
     sections: frozenset[str] = field(
         default=frozenset(), metadata=doc("internal: the top-level tables the file sets"))

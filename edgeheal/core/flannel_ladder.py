@@ -57,8 +57,11 @@ The ladder (first matching rule wins):
    Flannel's (Flannel's own rules accept 51820). The alert (``wireguard.send_failing``)
    carries the cause; the direct-path target tells the rest.
 4. a failed tunnel passes the safeguards in this order, each a ``skip`` with its reason:
-   ``paused`` (operator), ``circuit_open``, ``direct_path_down`` (a direct-path target
-   fails too: the uplink or the cloud is down, a restart cannot help), ``uplink_settling``
+   ``paused`` (operator), ``circuit_open``, ``fleet_hold`` (a valid fleet-wide hold on
+   ``<topic_prefix>/fleet/hold`` holds: a hub fault fails every node's tunnel at once and
+   no node's restart can cure it; the view's ``fleet_hold`` says it), ``direct_path_down``
+   (a direct-path target fails too: the uplink or the cloud is down, a restart cannot
+   help), ``uplink_settling``
    (the direct path came back less than ``uplink_settle`` ago: an outage stalls the tunnel
    too, so give it that long to recover by itself; found in the lab's uplink-outage
    scenario, where restarting on the uplink's return "healed" an outage), ``mode_none``,
@@ -154,6 +157,8 @@ class TunnelView:
     """When the node booted, on the monotonic timeline (``now - CLOCK_BOOTTIME``)."""
     direct_ok_since: float = -math.inf
     """Since when every direct-path target has been ok (monotonic; -inf: no target)."""
+    fleet_hold: str = ""
+    """A fleet hold that holds now, as people read it ("" when none)."""
 
     @property
     def healthy(self) -> bool:
@@ -186,7 +191,8 @@ class TunnelView:
 
 
 def view_of(snapshot: Snapshot, config: Config, *, mode: str,
-            booted_mono: float = -math.inf, direct_was_down: bool = True) -> TunnelView:
+            booted_mono: float = -math.inf, direct_was_down: bool = True,
+            fleet_hold: str = "") -> TunnelView:
     """Project a snapshot onto what the policy reads (pure). ``direct_was_down``: see
     :attr:`History.direct_was_down`."""
     def state(name: str) -> CheckStatus | None:
@@ -213,7 +219,7 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
                          if wg and wg.reason == SEND_FAILING else ""),
         tunnel_mqtt=tunnel, direct_mqtt=direct,
         offload=off.state if off else None, offload_reason=off.reason if off else "",
-        started_mono=snapshot.started_mono, booted_mono=booted_mono)
+        started_mono=snapshot.started_mono, booted_mono=booted_mono, fleet_hold=fleet_hold)
 
 
 def decide(view: TunnelView, history: History, now: float,
@@ -241,6 +247,9 @@ def decide(view: TunnelView, history: History, now: float,
     held = ladder.held(history, now, failure)
     if held is not None:
         return [held]
+    if view.fleet_hold:
+        return [Action("skip", "fleet_hold", f"{failure}: fleet hold ({view.fleet_hold}): "
+                       "no node restarts Flannel until it is released or expires")]
     if view.direct_down:
         down = ", ".join(f"{n}={s.value}" for n, s in view.direct_mqtt.items()
                          if not s.serving)

@@ -128,6 +128,7 @@ async def test_the_actor_waits_its_drawn_part_then_restarts_once(tmp_path: Path)
     start = world.clock.now
     assert kinds(await rem.evaluate(world.snap)) == [("watch", "restart_jitter")]
     until = rem.history.jitter_until
+    assert until is not None
     assert until == pytest.approx(start + 5.0, abs=0.1)  # 0.25 of 20 s
     saved = json.loads((tmp_path / "state" / "remediation-history.json").read_text())
     assert saved["jitter_until_boottime"] == pytest.approx(until + 4000.0)

@@ -88,6 +88,8 @@ class Remediator:
     WHAT: ClassVar[str] = "Flannel"
     SUBJECT: ClassVar[str] = "the tunnel"
     COUNTED: ClassVar[tuple[tuple[str, str], ...]] = KNOWN
+    OBEYS_FLEET_HOLD: ClassVar[bool] = True
+    """*ladder hook*: a fleet hold (``[fleet] hold``) stops this ladder (the uplink's: no)."""
     """*ladder hook*: the (action, result) pairs counted, each at 0 from the start."""
 
     def __init__(self, ctx: Context, *, remedy_factory: modes.RemedyFactory | None = None,
@@ -113,6 +115,7 @@ class Remediator:
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
+        self._refused_seen: object = None
         self.announced: set[tuple[str, str]] = set()
         """(kind, reason) of skips and watches said once in this failure episode."""
         self.reporter = NodeReporter(self.config, self.kube)
@@ -159,7 +162,10 @@ class Remediator:
         return self._kube
 
     def view(self) -> dict[str, Any]:
-        return operator.view(self)
+        view = operator.view(self)
+        if self.config.fleet.hold and self.OBEYS_FLEET_HOLD:
+            view["fleet_hold"] = self.fleet_hold() or None
+        return view
 
     async def resolve(self) -> None:
         """Pick the remedy (``auto``: probe in registry order) and say why."""
@@ -193,11 +199,32 @@ class Remediator:
         """*ladder hook*: probe the remedies again (every :data:`REPROBE_EVERY`)."""
         return self.settings.mode == modes.AUTO and self.remedy is None
 
+    def fleet_hold(self) -> str:
+        """The fleet hold that holds now, as people read it ("": none); a refused message
+        is alerted once (``fleet.hold_refused``) and otherwise ignored."""
+        link = self.ctx.alert_link
+        if not self.OBEYS_FLEET_HOLD or not self.config.fleet.hold or link is None:
+            return ""
+        heard = link.fleet_hold
+        if heard is None:
+            return ""
+        if heard.refused:
+            if heard is not self._refused_seen:
+                self._refused_seen = heard
+                self._emit("fleet.hold_refused", f"fleet hold refused: {heard.refused}",
+                           {"why": heard.refused})
+            return ""
+        if not heard.holds(self.wall()) or heard.until is None:
+            return ""
+        by = f" by {heard.by}" if heard.by else ""
+        return f"{heard.reason}{by}, until {rfc3339(heard.until)}"
+
     def tunnel_view(self, snap: Snapshot) -> policy.TunnelView:
         view = policy.view_of(snap, self.config,
                               mode=self.mode if self.remedy is not None else policy.NO_REMEDY,
                               booted_mono=self.clock() - self.boot_clock(),
-                              direct_was_down=self.history.direct_was_down)
+                              direct_was_down=self.history.direct_was_down,
+                              fleet_hold=self.fleet_hold())
         seen = policy.episode_over(view, self.history.saw(view))
         if seen is not self.history:
             self.store(seen)
