@@ -71,10 +71,12 @@ WINDOWS = {"boot-with-offload": 90.0, "stuck-flannel": 90.0, "modem-reconnect": 
 """Seconds measured from each scenario's fault, the same for the agent on and off."""
 LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour", "stuck-modem"),
          ("uplink-outage", "boot-with-offload", "stuck-flannel", "lossy-link", "no-coverage"))
-KEPT = ((readiness.BEGIN, readiness.END), ("<!-- uplink:begin -->", "<!-- uplink:end -->"))
-"""Sections of docs/benchmarks.md this script keeps: bench/readiness.py's, and the uplink
+KEPT = ((readiness.BEGIN, readiness.END), ("<!-- uplink:begin -->", "<!-- uplink:end -->"),
+        ("<!-- bundle:begin -->", "<!-- bundle:end -->"))
+"""Sections of docs/benchmarks.md this script keeps: bench/readiness.py's, the uplink
 ladder's timings at the shipped defaults and its check's cost (bench/onoff.py --field,
-bench/uplink_cost.py: ten-minute runs measured by hand)."""
+bench/uplink_cost.py: ten-minute runs measured by hand), and the support bundle's cost
+(bench/bundle.py)."""
 QUICK_LANES = (("stuck-flannel",), ("boot-with-offload",))
 QUICK_WINDOW = 60.0
 

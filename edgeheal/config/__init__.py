@@ -34,6 +34,7 @@ from edgeheal.config.schema import (
     AlertSettings,
     CheckSettings,
     Config,
+    FleetSettings,
     HttpSettings,
     KubernetesSettings,
     MetricsSettings,
@@ -126,7 +127,8 @@ def loads_generic(text: str, *, source: str = "<string>") -> Config:
 
 __all__ = [
     "DEFAULT_PATH", "ENV_VAR", "MAX_SIZE", "OFFLOAD_DEFAULT_FEATURES", "REDACTED",
-    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "HttpSettings",
+    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "FleetSettings",
+    "HttpSettings",
     "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",
     "PmtuSettings", "PodRemedySettings", "RemediationSettings", "ServiceSettings",
     "UplinkLadderSettings", "UplinkSettings", "WireguardSettings", "check_sections", "doc",

@@ -423,9 +423,32 @@ class RemediationSettings:
         "recover by itself before a restart is considered: an uplink outage stalls the "
         "tunnel too, and restarting Flannel the moment the uplink returns would 'heal' an "
         "outage that was never the tunnel's.", duration=True, bounds=(0.0, 3600.0))
+    restart_jitter: float = setting(
+        30.0, "The first restart of a failure episode waits a random fraction of this long "
+        "(uniform, drawn once per episode) after every other safeguard has let it through: "
+        "a hub fault fails every edge's tunnel in the same second, and this spreads their "
+        "restarts instead of sending them to the K3s server at once. Later restarts of the "
+        "same episode keep `cooldown` only. 0 turns it off.", duration=True,
+        bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
     uplink: UplinkLadderSettings = field(default_factory=UplinkLadderSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSettings:
+    """`[fleet]`: what the fleet says to every agent at once (docs/remediation.md)."""
+
+    hold: bool = setting(
+        False, "Subscribe to `<topic_prefix>/fleet/hold` on the alert connection (one "
+        "subscription, retained; needs `[alerts] target`) and obey a valid hold: while it "
+        "holds, the Flannel ladder skips with `fleet_hold` (the uplink ladder is "
+        "unaffected). Set and released by `edgeheal fleet hold` / `release`. Costs nothing "
+        "between holds; ~200 bytes per hold set or released. Off by default.")
+    max_hold: float = setting(
+        43200.0, "A hold whose `until` is further ahead than this is refused (and alerted): "
+        "a hold that outlives its incident is a fleet that no longer heals itself.",
+        duration=True, bounds=(60.0, 7 * 86400.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,6 +465,7 @@ class Config:
     kubernetes: KubernetesSettings | None = field(
         default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     source: str = field(default="", metadata=doc("internal: the file this came from"))
     sections: frozenset[str] = field(
         default=frozenset(), metadata=doc("internal: the top-level tables the file sets"))

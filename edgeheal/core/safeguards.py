@@ -53,6 +53,9 @@ class Action:
     message: str = ""
     dry_run: bool = False
     rung: str = ""
+    until: float | None = None
+    """For a ``watch`` that waits (``restart_jitter``): when the attempt may go ahead
+    (monotonic); the actor keeps it in :attr:`History.jitter_until`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,10 @@ class History:
     """A direct-path target has *failed* on this boot (an outage, not the first connection's
     ``unknown``). Until then the direct path's first ``ok`` is the agent starting, not the
     uplink coming back, and ``uplink_settle`` does not apply."""
+    jitter_until: float | None = None
+    """The first attempt of this failure episode waits until then (monotonic; drawn once
+    per episode, :func:`edgeheal.core.flannel_ladder.decide`); None: not drawn. Cleared by
+    an attempt and by a healthy reading."""
 
     def restarts_within(self, now: float, window: float = WINDOW) -> list[Record]:
         """Attempts (dry runs included) in ``(now - window, now]`` on this boot."""
@@ -120,7 +127,8 @@ class History:
             in_row = 0
         elif record.result != "dry_run":
             in_row += 1
-        return replace(self, records=(*self.records, record)[-KEEP:], failures_in_row=in_row)
+        return replace(self, records=(*self.records, record)[-KEEP:], failures_in_row=in_row,
+                       jitter_until=None)
 
     def finished(self, record: Record) -> History:
         """Replace the ``in_progress`` attempt started at ``record.mono`` by its outcome."""
@@ -144,6 +152,10 @@ class History:
 
     def resumed(self) -> History:
         return replace(self, paused_until=None)
+
+    def waiting_until(self, until: float | None) -> History:
+        """The episode's first attempt waits until ``until`` (None: the wait is over)."""
+        return self if until == self.jitter_until else replace(self, jitter_until=until)
 
     def saw(self, view: _DirectView) -> History:
         """Note what the view says about the direct path (``self`` when nothing changes)."""

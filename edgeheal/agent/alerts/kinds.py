@@ -30,6 +30,10 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
     "remediation.skipped": Kind(
         "warning", "The tunnel failed but edgeheal did not restart it; `detail.reason` "
         "names the safeguard (e.g. `direct_path_down`: an uplink or cloud outage)."),
+    "fleet.hold_refused": Kind(
+        "warning", "A message on `<topic_prefix>/fleet/hold` was refused and not obeyed "
+        "(`detail.why`: not JSON, an unknown key, no `until`, a hold longer than "
+        "`[fleet] max_hold`, ...); said once per message."),
     "remediation.circuit_open": Kind(
         "critical", "`give_up_after` restarts did not cure the tunnel: no more restarts "
         "until it is healthy again or `edgeheal remediation reset`. A human is needed."),

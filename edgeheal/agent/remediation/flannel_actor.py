@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -88,17 +89,21 @@ class Remediator:
     WHAT: ClassVar[str] = "Flannel"
     SUBJECT: ClassVar[str] = "the tunnel"
     COUNTED: ClassVar[tuple[tuple[str, str], ...]] = KNOWN
+    OBEYS_FLEET_HOLD: ClassVar[bool] = True
+    """*ladder hook*: a fleet hold (``[fleet] hold``) stops this ladder (the uplink's: no)."""
     """*ladder hook*: the (action, result) pairs counted, each at 0 from the start."""
 
     def __init__(self, ctx: Context, *, remedy_factory: modes.RemedyFactory | None = None,
                  kube: KubeClient | None = None,
                  boot_clock: Callable[[], float] = boottime, boot: str | None = None,
-                 tick: float = TICK, settings: Any = None) -> None:
+                 tick: float = TICK, settings: Any = None,
+                 rng: random.Random | None = None) -> None:
         self.ctx = ctx
         self.config = ctx.config
         self.settings = settings if settings is not None else ctx.config.remediation
         self.clock, self.wall, self.boot_clock, self.tick = ctx.clock, ctx.wall, boot_clock, tick
         self._kube = kube
+        self.rng = rng or random.Random()  # noqa: S311 - restart jitter, not security
         self._make = remedy_factory or modes.factory(self.config, self.kube, self.LADDER)
         self._store = Store(self.config.agent.state_dir,
                             Timeline(boot_id=boot or boot_id(),
@@ -114,6 +119,7 @@ class Remediator:
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
+        self._refused_seen: object = None
         self.announced: set[tuple[str, str]] = set()
         """(kind, reason) of skips and watches said once in this failure episode."""
         self.reporter = NodeReporter(self.config, self.kube)
@@ -165,7 +171,10 @@ class Remediator:
         return self._kube
 
     def view(self) -> dict[str, Any]:
-        return operator.view(self)
+        view = operator.view(self)
+        if self.config.fleet.hold and self.OBEYS_FLEET_HOLD:
+            view["fleet_hold"] = self.fleet_hold() or None
+        return view
 
     async def resolve(self) -> None:
         """Pick the remedy (``auto``: probe in registry order) and say why."""
@@ -199,12 +208,33 @@ class Remediator:
         """*ladder hook*: probe the remedies again (every :data:`REPROBE_EVERY`)."""
         return self.settings.mode == modes.AUTO and self.remedy is None
 
+    def fleet_hold(self) -> str:
+        """The fleet hold that holds now, as people read it ("": none); a refused message
+        is alerted once (``fleet.hold_refused``) and otherwise ignored."""
+        link = self.ctx.alert_link
+        if not self.OBEYS_FLEET_HOLD or not self.config.fleet.hold or link is None:
+            return ""
+        heard = link.fleet_hold
+        if heard is None:
+            return ""
+        if heard.refused:
+            if heard is not self._refused_seen:
+                self._refused_seen = heard
+                self._emit("fleet.hold_refused", f"fleet hold refused: {heard.refused}",
+                           {"why": heard.refused})
+            return ""
+        if not heard.holds(self.wall()) or heard.until is None:
+            return ""
+        by = f" by {heard.by}" if heard.by else ""
+        return f"{heard.reason}{by}, until {rfc3339(heard.until)}"
+
     def tunnel_view(self, snap: Snapshot) -> policy.TunnelView:
         view = policy.view_of(snap, self.config,
                               mode=self.mode if self.remedy is not None else policy.NO_REMEDY,
                               booted_mono=self.clock() - self.boot_clock(),
-                              direct_was_down=self.history.direct_was_down)
-        seen = self.history.saw(view)
+                              direct_was_down=self.history.direct_was_down,
+                              fleet_hold=self.fleet_hold())
+        seen = policy.episode_over(view, self.history.saw(view))
         if seen is not self.history:
             self.store(seen)
         return view
@@ -224,7 +254,8 @@ class Remediator:
         """*ladder hook*: the pure decision on this snapshot."""
         view = self.tunnel_view(snap)
         self.reporter.follow(view)
-        return policy.decide(view, self.history, self.clock(), self.settings)
+        return policy.decide(view, self.history, self.clock(), self.settings,
+                             rand=self.rng.random)
 
     def remedy_for(self, action: Action) -> tuple[Remedy | None, str]:
         """*ladder hook*: the remedy an action uses, and its mode name."""
@@ -249,6 +280,8 @@ class Remediator:
                        {"reason": action.reason, "mode": self.mode})
             self.reporter.event(self.NODE_EVENTS["skipped"], action.message, warning=False)
         elif action.kind == "watch":
+            if action.until is not None and action.until != self.history.jitter_until:
+                await self.persist(self.history.waiting_until(action.until))
             if ("watch", action.reason) not in self.announced:
                 self.announced.add(("watch", action.reason))
                 log.warning("remediation: %s", action.message)

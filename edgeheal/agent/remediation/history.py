@@ -118,6 +118,7 @@ def save(path: Path, history: History, timeline: Timeline) -> None:
         "failures_in_row": history.failures_in_row, "circuit_open": history.circuit_open,
         "paused_until_boottime": paused,
         "direct_was_down": history.direct_was_down,
+        "jitter_until_boottime": boot(history.jitter_until),
         "records": [{"boottime": boot(r.mono), "wall": r.wall, "mode": r.mode,
                      "reason": r.reason, "result": r.result, "duration": r.duration,
                      "target": r.target, "action": r.action} for r in history.records],
@@ -174,12 +175,18 @@ def load(path: Path, timeline: Timeline) -> History:
             paused = math.inf
         elif raw_pause is not None and same_boot:
             paused = timeline.to_mono(float(raw_pause))
+        raw_jitter = data.get("jitter_until_boottime")
+        jitter = (timeline.to_mono(float(raw_jitter))
+                  if raw_jitter is not None and same_boot else None)
+        if jitter is not None and not math.isfinite(jitter):
+            raise ValueError("jitter_until_boottime is not a finite time")
         failures = data["failures_in_row"]
         if type(failures) is not int or not 0 <= failures <= MAX_FAILURES_IN_ROW:
             raise ValueError(f"failures_in_row {str(failures)[:20]} is not a count")
         return History(records=tuple(records[-KEEP:]), failures_in_row=failures,
                        circuit_open=bool(data["circuit_open"]), paused_until=paused,
-                       direct_was_down=same_boot and bool(data.get("direct_was_down")))
+                       direct_was_down=same_boot and bool(data.get("direct_was_down")),
+                       jitter_until=jitter)
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as err:
         raise HistoryError(f"remediation history {path} is malformed "
                            f"({str(err)[:120] or type(err).__name__})") from err

@@ -35,6 +35,7 @@ import logging
 import ssl
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +108,12 @@ class Connection:
 
     def __init__(self, target: MqttTarget, node: str, *, keepalive: float = 60.0,
                  will: tuple[str, bytes] | None = None,
-                 resume: TlsResumption | None = None) -> None:
+                 resume: TlsResumption | None = None, accept: str = "",
+                 on_message: Callable[[bytes], None] | None = None) -> None:
         self.target = target
+        self.accept = accept
+        """The one topic this session subscribes to and accepts PUBLISH on ("": none)."""
+        self.on_message = on_message
         self.node = node
         self.keepalive = max(1, round(keepalive))
         self.will = will
@@ -150,7 +155,7 @@ class Connection:
         began = time.monotonic()
         sock = await open_socket(target, self.stage, self.resume)
         self.tcp_seconds = time.monotonic() - began
-        self._tap = tap = Tap(sock)
+        self._tap = tap = Tap(sock, accept=self.accept.encode() if self.accept else None)
         v5 = target.protocol == "5"
         client = _Client(CallbackAPIVersion.VERSION2, client_id=client_id(target, self.node),
                          clean_session=None if v5 else True,
@@ -165,6 +170,7 @@ class Connection:
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
+        client.on_message = self._on_message
         client.on_socket_open = self._on_socket_open
         client.on_socket_close = self._on_socket_close
         client.on_socket_register_write = self._on_register_write
@@ -207,6 +213,22 @@ class Connection:
         fut: asyncio.Future[None] = self.loop.create_future()
         self._acks[info.mid] = fut
         return fut
+
+    def subscribe(self) -> None:
+        """Subscribe to :attr:`accept` at QoS 1 (a retained message comes at once)."""
+        if self._client is None or not self.connected or not self.accept:
+            raise MqttError("unreachable", f"{where(self.target)}: not connected")
+        rc, _ = self._client.subscribe(self.accept, qos=1)
+        if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise MqttError("unreachable", f"{where(self.target)}: subscribe failed: "
+                            f"{paho.error_string(rc)}")
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        if self.on_message is not None and message.topic == self.accept:
+            try:
+                self.on_message(bytes(message.payload))
+            except Exception:  # paho would swallow it: say it
+                log.exception("mqtt %s: the message handler failed", self.target.name)
 
     async def ping(self, limit: float) -> float:
         """One PINGREQ answered by PINGRESP within ``limit`` seconds: the round trip. No

@@ -17,6 +17,12 @@ two keepalive periods, with no extra CONNECTs. The mqtt check of the alert targe
   path's verdict is fresh, within ``timeout``, exactly when the two paths are compared
   (which path is at fault). That lets ``keepalive`` be sized for the carrier's NAT and the
   bytes (60 s: 0.23 MB a day) rather than for detection.
+- With ``hold_topic`` (``[fleet] hold``), each connection subscribes to that one topic
+  (QoS 1; the retained hold arrives at once, so a reconnecting agent hears it too) and
+  :attr:`Link.fleet_hold` is the last message heard, parsed and bounded
+  (:mod:`edgeheal.boundaries.mqtt.hold`); the framer lets through a PUBLISH of exactly that
+  topic and refuses every other, as without it. One subscription per agent: its cost does
+  not grow with the fleet (a hold is ~200 bytes when set or released, nothing else).
 - :meth:`Link.publish` is QoS 1 and returns when the PUBACK arrives; paho's in-memory
   queue is never relied on (each connection is a fresh clean session), durability is the
   caller's outbox.
@@ -52,10 +58,13 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from edgeheal.base import compat
-from edgeheal.boundaries.mqtt import MqttError, client_id
+from edgeheal.base.compat import UTC
+from edgeheal.boundaries.mqtt import MqttError, client_id, hold
+from edgeheal.model import FleetHold
 
 if TYPE_CHECKING:
     from edgeheal.boundaries.mqtt.client import Connection
@@ -111,8 +120,13 @@ class Link:
 
     def __init__(self, target: MqttTarget, node: str, *, min_delay: float = 1.0,
                  max_delay: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, hold_topic: str = "",
+                 max_hold: float = 43200.0,
+                 wall: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.target, self.node = target, node
+        self.hold_topic, self.max_hold, self.wall = hold_topic, max_hold, wall
+        self.fleet_hold: FleetHold | None = None
+        """The last fleet-hold message heard on :attr:`hold_topic` (None before any)."""
         self.min_delay, self.max_delay = min_delay, max_delay
         self.clock = clock
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
@@ -198,7 +212,8 @@ class Link:
         attempt = 0
         while not self._closing:
             attempt += 1
-            conn = Connection(self.target, self.node, keepalive=self.target.keepalive)
+            conn = Connection(self.target, self.node, keepalive=self.target.keepalive,
+                              accept=self.hold_topic, on_message=self._heard)
             try:
                 conn.will = will() if will else None
                 async with compat.timeout(self.target.timeout):
@@ -231,6 +246,9 @@ class Link:
                                     up_at, rtt, self.state.connects + 1, attempt))
                 conn.closed.add_done_callback(functools.partial(self._count_takeover, conn))
                 conn.closed.add_done_callback(functools.partial(self._ended, generation))
+                if self.hold_topic:
+                    with contextlib.suppress(MqttError):  # a lost connection says so itself
+                        conn.subscribe()
                 await asyncio.shield(conn.closed)
                 self._ended(generation, conn.closed)  # no-op: the callback came first
                 if self.closing:
@@ -256,6 +274,22 @@ class Link:
         since = self.state.since if not self.state.up and self.state.reason != "connecting" \
             else self.clock()
         self._set(LinkState(False, reason, message, since, None, self.state.connects, attempt))
+
+    def _heard(self, payload: bytes) -> None:
+        """A message on :attr:`hold_topic`: parsed, bounded, kept (never obeyed blindly)."""
+        now = self.wall()
+        try:
+            got = hold.parse(payload, now, self.max_hold)
+        except hold.HoldRefused as err:
+            heard = FleetHold("", None, refused=str(err), received=now)
+            log.warning("fleet hold on %s refused: %s", self.hold_topic, err,
+                        extra={"check": self.target.name})
+        else:
+            heard = FleetHold(got.reason, got.until, got.by, received=now)
+            log.info("fleet hold on %s: %s", self.hold_topic,
+                     f"until {got.until:%Y-%m-%dT%H:%M:%SZ} ({got.reason})" if got.until
+                     else "released", extra={"check": self.target.name})
+        self.fleet_hold = heard
 
     def confirm(self) -> None:
         """Ask the broker now whether the connection still works (one PINGREQ), without
@@ -337,4 +371,7 @@ def for_alerts(config: Config, *, clock: Callable[[], float] = time.monotonic) -
     if not name:
         return None
     target = next(t for t in config.mqtt.targets if t.name == name)
-    return Link(target, config.node, max_delay=config.alerts.reconnect_max, clock=clock)
+    return Link(target, config.node, max_delay=config.alerts.reconnect_max, clock=clock,
+                hold_topic=hold.topic(config.alerts.topic_prefix.strip("/"))
+                if config.fleet.hold else "",
+                max_hold=config.fleet.max_hold)
