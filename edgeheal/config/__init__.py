@@ -34,6 +34,7 @@ from edgeheal.config.schema import (
     AlertSettings,
     CheckSettings,
     Config,
+    ControlSettings,
     HttpSettings,
     KubernetesSettings,
     MetricsSettings,
@@ -126,7 +127,8 @@ def loads_generic(text: str, *, source: str = "<string>") -> Config:
 
 __all__ = [
     "DEFAULT_PATH", "ENV_VAR", "MAX_SIZE", "OFFLOAD_DEFAULT_FEATURES", "REDACTED",
-    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "HttpSettings",
+    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "ControlSettings",
+    "HttpSettings",
     "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",
     "PmtuSettings", "PodRemedySettings", "RemediationSettings", "ServiceSettings",
     "UplinkLadderSettings", "UplinkSettings", "WireguardSettings", "check_sections", "doc",
