@@ -37,6 +37,7 @@ async def test_a_stalled_connection_shows_in_the_kernel_table(sandbox: Sandbox) 
     with inside(edge):
         agent = socket.socket()
     agent.settimeout(5.0)
+    served: socket.socket | None = None
     try:
         agent.connect(SERVER)
         served, _ = listener.accept()
@@ -54,7 +55,7 @@ async def test_a_stalled_connection_shows_in_the_kernel_table(sandbox: Sandbox) 
         agent.send(b"x" * 2000)
         stalled = await until(
             lambda: [r for r in tcp_sockets.to(table_in(edge), [SERVER]) if r.local == mine],
-            holds=lambda found: found and found[0].retransmits >= 3, within=20.0,
+            holds=lambda found: found and found[0].retransmits >= 3, within=30.0,
             every=0.2, what="three retransmits in a row")
         assert stalled[0].unacked == 2000
         local = Local(tuple(stalled), False, 0, "ok", 3)
@@ -64,9 +65,10 @@ async def test_a_stalled_connection_shows_in_the_kernel_table(sandbox: Sandbox) 
             started = time.monotonic()
             said = await tcp_sockets.handshake(*SERVER, timeout=1.0)
         assert said == "timeout"
-        assert time.monotonic() - started < 5.0
-        served.close()
+        assert time.monotonic() - started < 10.0  # 1 s, with a busy machine's slack
     finally:
+        if served is not None:
+            served.close()
         agent.close()
         listener.close()
 
