@@ -190,12 +190,18 @@ class ControlCheck:
     def _client(self) -> KubeClient:
         if self._kube is None:
             from edgeheal.boundaries.kube import KubeClient
+            from edgeheal.boundaries.kube.client import ATTEMPT_FACTOR
 
             settings = self.ctx.config.kubernetes
             if settings is None:  # the settings rules refuse a [control] without it
                 raise RuntimeError("control: no [kubernetes] section")
-            self._kube = KubeClient(dataclasses.replace(settings, retries=0),
-                                    wall=self.ctx.wall)
+            # no retry, and each call short enough that two fit in the run's timeout
+            # (a call may take ATTEMPT_FACTOR request_timeouts)
+            bound = self.control.timeout / (2 * ATTEMPT_FACTOR + 1)
+            self._kube = KubeClient(dataclasses.replace(
+                settings, retries=0,
+                request_timeout=max(1.0, min(settings.request_timeout, bound))),
+                wall=self.ctx.wall)
         return self._kube
 
     async def _read(self, now: float) -> Reading:
