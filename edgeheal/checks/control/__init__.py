@@ -6,7 +6,7 @@ node stays NotReady until someone restarts ``k3s-agent`` (k3s-io/k3s#11349, #105
 kubelet stops renewing its Lease, or the node's address changed under it (PPPoE, LAN to
 4G: k3s-io/k3s#2827). ``kubectl`` then shows the node NotReady and nothing on the node
 says why. This check tells those apart from the one case that is not the agent's —
-the server cannot be reached at all — cheaply (docs/control.md has the figures):
+the server cannot be reached at all — cheaply (45 kB a healthy day; docs/control.md):
 
 1. **Free local evidence, every run** (``interval``, 10 s): the kernel's TCP table
    (:mod:`edgeheal.boundaries.kernel.tcp_sockets`: two proc reads) — the connections to
@@ -20,7 +20,7 @@ the server cannot be reached at all — cheaply (docs/control.md has the figures
    read (it could not arrive).
 3. **One API read** — the node's Lease in ``kube-node-lease`` and the Node
    (:mod:`edgeheal.boundaries.kube`, one TLS connection, closed after) — on suspicion, at
-   most every ``api_spacing`` while in doubt, and at ``api_interval`` (1 h) otherwise.
+   most every ``api_spacing`` while in doubt, and at ``api_interval`` (3 h) otherwise.
    A Lease is stale as the node lifecycle controller judges it: the same ``renewTime``
    seen for longer than its ``leaseDurationSeconds`` by this agent's monotonic clock
    (never by comparing wall clocks).
@@ -251,7 +251,7 @@ class ControlCheck:
         """The next doubtful read's spacing: ``api_spacing`` while the picture changes;
         doubled (up to ``api_interval``) each time a read finds the same verdict on the
         same local evidence — a suspicion that keeps proving harmless, or a fault that
-        persists (an hour of lost heartbeat costs 9 reads, not 180) — except while
+        persists (an hour of lost heartbeat costs 10 reads, not 180) — except while
         confirming, which needs its second read."""
         basis = (reason, suspicion)
         if reason != "confirming" and (basis == self._basis or (reason == "ok" and suspicion)):
