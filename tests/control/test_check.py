@@ -7,6 +7,7 @@ renews every 50 ms), so the tests step the check through its spacing and interva
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -88,7 +89,8 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         await api.close()
 
 
-def check_for(world: World, clock: Clock, servers: str = "") -> ControlCheck:
+def check_for(world: World, clock: Clock, servers: str = "",
+              exclude_uid: int | None = None) -> ControlCheck:
     servers = servers or world.server
     harness = context(f"""
 [agent]
@@ -101,7 +103,7 @@ servers = ["{servers}"]
 balancer = "127.0.0.1:{world.balancer_port}"
 kubelet_healthz = "127.0.0.1:{world.healthz_port}"
 """, clock=clock)
-    return ControlCheck(harness.ctx)
+    return ControlCheck(harness.ctx, exclude_uid=exclude_uid)
 
 
 async def test_a_healthy_agent_costs_one_api_read_in_three_hours(world: World) -> None:
@@ -255,5 +257,19 @@ async def test_an_account_without_the_grants_is_forbidden(world: World,
         assert (result.state, result.reason) == (State.UNKNOWN, "forbidden")
         assert "leases" in result.message
         assert other.token not in result.message
+    finally:
+        await check.close()
+
+
+async def test_edgeheals_own_connections_never_pass_for_the_agents(world: World) -> None:
+    """The agent runs as its own user, K3s as root: sockets of the agent's uid are its
+    own API connections, not the K3s agent's (here: this test's, as the excluded uid)."""
+    world.connect(world.server_port)
+    check = check_for(world, Clock(), exclude_uid=os.getuid())
+    try:
+        result = await check.run()
+        assert result.detail["server_connections"]["established"] == 0
+        assert result.detail["suspicion"] == ("the agent holds no established connection "
+                                              "to a server")
     finally:
         await check.close()

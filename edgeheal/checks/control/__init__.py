@@ -63,6 +63,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import socket
 from typing import TYPE_CHECKING
 
@@ -112,10 +113,13 @@ class ControlCheck:
     name = NAME
 
     def __init__(self, ctx: Context, *, proc_net: str = "/proc/self/net",
-                 kube: KubeClient | None = None) -> None:
+                 kube: KubeClient | None = None, exclude_uid: int | None = -1) -> None:
         """``proc_net``: whose TCP table (a test reads its namespace's through a process
         in it); ``kube``: the API client (default: one made from ``[kubernetes]``, never
-        retrying: the check runs again anyway)."""
+        retrying: the check runs again anyway); ``exclude_uid``: sockets of this owner
+        are not the agent's (default: the agent's own user, unless root — edgeheal runs as
+        ``edgeheal``, K3s as root, so the remedies' and this check's own API connections
+        never pass for the K3s agent's)."""
         from edgeheal.config import split_hostport
 
         self.ctx = ctx
@@ -124,6 +128,9 @@ class ControlCheck:
         self.metrics = _Metrics(ctx)
         self._proc_net = proc_net
         self._kube = kube
+        if exclude_uid == -1:
+            exclude_uid = os.getuid() or None
+        self._exclude_uid = exclude_uid
         self._servers = [split_hostport(s) for s in self.control.servers]
         self._balancer = split_hostport(self.control.balancer)
         self._healthz = (split_hostport(self.control.kubelet_healthz)
@@ -168,6 +175,8 @@ class ControlCheck:
         except tcp_sockets.TcpTableError as err:
             return Local((), False, 0, kubelet_said, self.control.stall_retransmits,
                          table_error=str(err))
+        if self._exclude_uid is not None:
+            rows = [r for r in rows if r.uid != self._exclude_uid]
         balancer = self._balancer
         anywhere = ("0.0.0.0", "::")  # noqa: S104 - matching a listener, not binding
         listening = any(r.state == "listen" and r.local[1] == balancer[1]
