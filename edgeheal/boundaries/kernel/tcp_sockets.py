@@ -42,6 +42,12 @@ STATES = {1: "established", 2: "syn_sent", 3: "syn_recv", 4: "fin_wait1", 5: "fi
 """``include/net/tcp_states.h``."""
 
 
+ADDRESSES_END = 100
+"""A row's first characters hold its slot and both endpoints (``tcp6``: 32 hex digits an
+address, about 81 characters); the fields after them (queues, timers) never hold a
+colon followed by exactly four hex digits and a space."""
+
+
 class TcpTableError(Exception):
     """The table could not be read (no procfs, a namespace that is gone)."""
 
@@ -83,8 +89,8 @@ def parse(text: str, ports: Iterable[int] | None = None) -> list[Socket]:
     marks = None if ports is None else tuple(f":{p:04X} " for p in ports)
     out: list[Socket] = []
     for line in text.splitlines()[1:]:
-        if marks is not None and not any(m in line[:60] for m in marks):
-            continue
+        if marks is not None and not any(m in line[:ADDRESSES_END] for m in marks):
+            continue  # a prefilter: the callers match the endpoints exactly
         cols = line.split()
         if len(cols) < 10:
             continue
