@@ -30,8 +30,9 @@ never while another ladder is acting.
    ``not_ready_window``; a node coming back from an outage turns Ready by itself).
 8. the shared :func:`edgeheal.core.safeguards.throttled`: ``open_circuit``,
    ``startup_grace``, ``cooldown``, ``budget_exhausted``.
-9. otherwise ``restart`` with ``rung`` = :data:`REMEDY`; for ``balancer_stuck`` the
-   action's ``reason`` tells the actor to clear the agent's load-balancer state first.
+9. otherwise ``restart`` (``rung`` empty: the actor's one remedy, the K3s unit's restart
+   over D-Bus that the registry provides); for ``balancer_stuck`` the action's ``reason``
+   tells the actor to clear the agent's load-balancer state first.
 
 Pure: no I/O, no clock; ``now`` is the agent's monotonic clock.
 """
@@ -52,8 +53,6 @@ from edgeheal.model import Snapshot, State
 if TYPE_CHECKING:
     from edgeheal.config import Config
 
-REMEDY = "k3s-service"
-"""The one rung: the K3s agent's unit restarted over D-Bus (remedies/k3s_service.py)."""
 NOT_READY = "not_ready"
 CLEAR_BALANCER = frozenset({"balancer_stuck"})
 """Verdicts whose restart clears the agent's load-balancer state file first."""
@@ -167,4 +166,4 @@ def decide(view: ControlView, history: History, now: float,
     extra = " (clearing its load-balancer state first)" if view.reason in CLEAR_BALANCER \
         else ""
     return [Action("restart", failure, f"{failure}: {verb} the K3s agent{extra}",
-                   dry_run=limits.dry_run, rung=REMEDY)]
+                   dry_run=limits.dry_run)]
