@@ -243,7 +243,8 @@ class PmtuSettings(CheckSettings):
 @dataclass(frozen=True, slots=True)
 class ControlSettings(CheckSettings):
     """`[control]`: the K3s agent's path to its server (docs/control.md). Ships off: its
-    section turns it on."""
+    section turns it on. Reads the node's Lease and Node through `[kubernetes]`; without
+    that section it has its local evidence and the direct handshake only."""
 
     servers: tuple[str, ...] = setting(
         (), "`host:port` of each K3s server the agent's load balancer may forward to (the "

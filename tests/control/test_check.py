@@ -273,3 +273,25 @@ async def test_edgeheals_own_connections_never_pass_for_the_agents(world: World)
                                               "to a server")
     finally:
         await check.close()
+
+
+async def test_without_kubernetes_the_check_has_its_local_evidence_only(
+        world: World) -> None:
+    harness = context(f"""
+[agent]
+node_name = "{NODE}"
+[control]
+servers = ["{world.server}"]
+kubelet_healthz = ""
+""", clock=Clock())
+    check = ControlCheck(harness.ctx, exclude_uid=None)
+    try:
+        lost = await check.run()  # no agent connection: suspicious; the server answers
+        assert (lost.state, lost.reason) == (State.UNKNOWN, "no_evidence")
+        assert "[kubernetes]" in lost.message
+        world.connect(world.server_port)
+        healthy = await check.run()
+        assert (healthy.state, healthy.reason) == (State.OK, "ok"), healthy.message
+        assert world.lease_reads() == 0
+    finally:
+        await check.close()

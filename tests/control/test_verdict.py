@@ -69,6 +69,10 @@ ROWS = [
     # 14-15. the API could not be read
     (NO_CONN, "ok", reading(error="timed out", why="api_unreadable"), "api_unreadable"),
     (NO_CONN, "ok", reading(error="403", why="forbidden"), "forbidden"),
+    # 16-17. no [kubernetes]: the local evidence decides, or cannot
+    (HEALTHY, "", Reading(0.0, error="no [kubernetes]", error_reason="no_evidence"), "ok"),
+    (NO_CONN, "ok", Reading(0.0, error="no [kubernetes]", error_reason="no_evidence"),
+     "no_evidence"),
 ]
 
 

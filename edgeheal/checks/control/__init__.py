@@ -45,7 +45,10 @@ Reasons (closed table; first match wins)::
     forbidden           unknown  the agent's account may not read the Lease or the Node
                                  (k3s-manifests/rbac.yaml)
     not_found           unknown  no Lease (or Node) of this node's name
-    no_evidence         unknown  suspicious, and the API never read yet
+    no_evidence         unknown  suspicious, and the API not read yet, or not configured
+                                 (without ``[kubernetes]`` the check has its local
+                                 evidence and the handshake only: ``server_unreachable``
+                                 or this)
     ok                  ok       healthy connections, or the Lease renewed and Ready
 
 ``ExternalIP`` is not compared: behind a carrier's NAT it is an address no interface
@@ -196,14 +199,12 @@ class ControlCheck:
                 return said
         return said
 
-    def _client(self) -> KubeClient:
-        if self._kube is None:
+    def _client(self) -> KubeClient | None:
+        if self._kube is None and self.ctx.config.kubernetes is not None:
             from edgeheal.boundaries.kube import KubeClient
             from edgeheal.boundaries.kube.client import ATTEMPT_FACTOR
 
             settings = self.ctx.config.kubernetes
-            if settings is None:  # the settings rules refuse a [control] without it
-                raise RuntimeError("control: no [kubernetes] section")
             # no retry, and each call short enough that two fit in the run's timeout
             # (a call may take ATTEMPT_FACTOR request_timeouts)
             bound = self.control.timeout / (2 * ATTEMPT_FACTOR + 1)
@@ -219,6 +220,10 @@ class ControlCheck:
 
         node_name = self.ctx.config.node
         kube = self._client()
+        if kube is None:
+            return Reading(now, error="no [kubernetes] section: the Lease and the Node "
+                           "cannot be read (the local evidence and the handshake only)",
+                           error_reason="no_evidence")
         previous = self._reading
         try:
             lease = await kube.get_lease(node_name)
@@ -351,9 +356,6 @@ def _validate(config: Config) -> None:
                 split_hostport(value)
             except ValueError as err:
                 raise ConfigError(f"control.{key}", str(err)) from None
-    if config.kubernetes is None:
-        raise ConfigError("control", "needs a [kubernetes] section (the Lease and the "
-                          "Node are read through it)")
 
 
 def _names(config: Config) -> tuple[str, ...]:

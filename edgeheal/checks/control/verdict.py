@@ -149,12 +149,13 @@ def judge(local: Local, direct: str, reading: Reading | None, *,
             f"no server answers a TCP handshake directly ({direct}): the path to the "
             "server is down (the uplink's business; restarting the agent cannot help)"),
             detail)
-    if reading is None:
-        if suspicion:
-            return CheckResult(State.UNKNOWN, "no_evidence",
-                               f"{suspicion}; the API has not been read yet", detail)
+    unread = reading is None or reading.error_reason == "no_evidence"
+    if unread and not suspicion:
         return CheckResult(State.OK, "ok", "the agent holds healthy connections to its "
                            "server", detail)
+    if reading is None:
+        return CheckResult(State.UNKNOWN, "no_evidence",
+                           f"{suspicion}; the API has not been read yet", detail)
     if reading.error:
         return CheckResult(State.UNKNOWN, reading.error_reason or "api_unreadable",
                            reading.error, detail)
