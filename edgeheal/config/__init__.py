@@ -34,6 +34,7 @@ from edgeheal.config.schema import (
     AlertSettings,
     CheckSettings,
     Config,
+    ControlSettings,
     FleetSettings,
     HttpSettings,
     KubernetesSettings,
@@ -127,7 +128,8 @@ def loads_generic(text: str, *, source: str = "<string>") -> Config:
 
 __all__ = [
     "DEFAULT_PATH", "ENV_VAR", "MAX_SIZE", "OFFLOAD_DEFAULT_FEATURES", "REDACTED",
-    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "FleetSettings",
+    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "ControlSettings",
+    "FleetSettings",
     "HttpSettings",
     "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",
     "PmtuSettings", "PodRemedySettings", "RemediationSettings", "ServiceSettings",

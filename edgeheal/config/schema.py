@@ -241,6 +241,55 @@ class PmtuSettings(CheckSettings):
 
 
 @dataclass(frozen=True, slots=True)
+class ControlSettings(CheckSettings):
+    """`[control]`: the K3s agent's path to its server (docs/control.md). Ships off: its
+    section turns it on. Reads the node's Lease and Node through `[kubernetes]`; without
+    that section it has its local evidence and the direct handshake only."""
+
+    servers: tuple[str, ...] = setting(
+        (), "`host:port` of each K3s server the agent's load balancer may forward to (the "
+        "supervisor/API port, 6443 by default: the agent's `--server` and the servers it "
+        "learnt). The agent's connections to these are the cheap evidence; one TCP "
+        "handshake to them, only on suspicion, tells `server_unreachable`. Required.")
+    balancer: str = setting(
+        "127.0.0.1:6444", "`host:port` of the agent's local load balancer (K3s "
+        "`--lb-server-port`, 6444 by default): clients connected to it while the agent "
+        "holds no healthy connection to a server is the `balancer_stuck` evidence.")
+    kubelet_healthz: str = setting(
+        "127.0.0.1:10248", "`host:port` of the kubelet's local health endpoint (GET "
+        "`/healthz`, plain HTTP on loopback). Empty: not asked.")
+    stall_retransmits: int = setting(
+        3, "A connection to a server whose oldest unacknowledged segment has been "
+        "retransmitted this many times in a row (or with as many unanswered probes) counts "
+        "as stalled: 3 is about 3 s of silence at a 200 ms RTO, well past one lost packet.",
+        bounds=(1.0, 15.0))
+    api_interval: float = setting(
+        10800.0, "Cadence of the one confirming API read (the node's Lease and the Node) "
+        "while the local evidence is fine: about 5.6 kB each with its TLS handshake, "
+        "45 kB a day (docs/control.md); any suspicion reads at once. Every 3 h and not "
+        "every hour so that the agent with every check on stays under 1 MB a day.",
+        duration=True, bounds=(60.0, 86400.0))
+    api_spacing: float = setting(
+        20.0, "Least time between two API reads while the local evidence is suspicious or "
+        "the verdict is not ok (a stale lease is told by two reads at least the lease's "
+        "duration apart seeing the same renewTime).", duration=True, bounds=(5.0, 3600.0))
+    connect_timeout: float = setting(
+        4.0, "How long the direct TCP handshake to a server may take (a lost SYN is re-sent "
+        "at 1 s and 3 s).", duration=True, bounds=(0.5, 30.0))
+    interval: float | None = setting(
+        10.0, "Cadence of the local evidence: two reads of the kernel's TCP table and one "
+        "loopback GET of the kubelet's /healthz; no packet leaves the node.",
+        duration=True, bounds=(1.0, 3600.0))
+    retry_interval: float | None = setting(
+        10.0, "Quick re-check while in doubt (see the common keys).", duration=True,
+        bounds=(1.0, 3600.0))
+    timeout: float = setting(
+        30.0, "Bound of one run (a handshake and two API reads, each within "
+        "`[kubernetes] request_timeout`, never retried here).", duration=True,
+        bounds=(1.0, 600.0))
+
+
+@dataclass(frozen=True, slots=True)
 class MqttTarget(CheckSettings):
     name: str = setting("", "Target name; also the check's name (`/probe/<name>`).")
     host: str = setting("", "Broker host name or address.")
@@ -461,6 +510,7 @@ class Config:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     uplink: UplinkSettings = field(default_factory=UplinkSettings)
     pmtu: PmtuSettings = field(default_factory=PmtuSettings)
+    control: ControlSettings = field(default_factory=ControlSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     kubernetes: KubernetesSettings | None = field(
         default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))

@@ -104,6 +104,8 @@ timeout = "1s"
 [pmtu]
 interface = "{edge.ifname}"
 wait = "1s"
+[control]
+servers = ["127.0.0.1:{broker.port}"]
 [alerts]
 target = "direct"
 [remediation]
