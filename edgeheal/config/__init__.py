@@ -44,6 +44,7 @@ from edgeheal.config.schema import (
     PodRemedySettings,
     RemediationSettings,
     ServiceSettings,
+    UplinkCost,
     UplinkLadderSettings,
     UplinkSettings,
     WireguardSettings,
@@ -129,8 +130,8 @@ __all__ = [
     "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "HttpSettings",
     "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",
     "PmtuSettings", "PodRemedySettings", "RemediationSettings", "ServiceSettings",
-    "UplinkLadderSettings", "UplinkSettings", "WireguardSettings", "check_sections", "doc",
-    "file_settings",
+    "UplinkCost", "UplinkLadderSettings", "UplinkSettings", "WireguardSettings",
+    "check_sections", "doc", "file_settings",
     "format_duration", "load_generic", "loads_generic", "parse_duration", "read", "redacted",
     "reference", "setting", "split_hostport",
 ]

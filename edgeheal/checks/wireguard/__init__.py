@@ -77,7 +77,7 @@ the peers' reasons into one result, log lines and metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
@@ -152,6 +152,9 @@ class WireguardCheck:
         self._history: dict[tuple[str, str], PeerHistory] = {}
         self._views: tuple[PeerView, ...] = ()
         self._reasons: dict[tuple[str, str], str] = {}
+        self._uplinks = checks.role("uplink").names(ctx.config)
+        self._active: Any = None
+        """The uplink check's last ``detail.active`` (interface, switches) seen."""
 
     # metrics ---------------------------------------------------------------------------
     def describe(self) -> list[Metric]:
@@ -186,8 +189,28 @@ class WireguardCheck:
             return every, [e.message for e in choice.unresolved], choice.targets
         return choice.watched, [], choice.targets
 
+    def _follow_uplink(self) -> None:
+        """Forget every learned source address when the active uplink switched (the
+        uplink check's ``detail.active`` in the snapshot): the next lookups learn the new
+        uplink's. The uplink check asks for this run at once after a switch."""
+        snap = self.ctx.snapshot()
+        for name in self._uplinks:
+            status = snap.checks.get(name)
+            active = status.detail.get("active") if status is not None else None
+            if not isinstance(active, Mapping):
+                continue
+            seen = (active.get("interface"), active.get("switches"))
+            if seen != self._active:
+                if self._active is not None and self._sources:
+                    log.info("active uplink now %s: re-learning the source addresses",
+                             seen[0], extra={"check": NAME})
+                    self._sources.clear()
+                    self._uplink.clear()
+                self._active = seen
+
     async def run(self) -> CheckResult:
         now, wall = self.ctx.clock(), self._wall()
+        self._follow_uplink()
         devices: list[DeviceStats] = []
         problems: dict[str, tuple[str, str]] = {}
         missing: list[str] = []
