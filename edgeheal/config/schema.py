@@ -153,6 +153,11 @@ class WireguardSettings(CheckSettings):
         30.0, "How long a new interface or peer may take for its first handshake.",
         duration=True, bounds=(0.0, 86400.0))
     required: bool = setting(True, "The check gates `/readyz`.")
+    forget_source: bool = setting(
+        True, "After an uplink failover (the `uplink` check's active interface changed), "
+        "set each watched peer's endpoint again on a userspace device (wireguard-go, "
+        "boringtun), so it stops sending from the old uplink's address (docs/failover.md). "
+        "A kernel device drops a stale source by itself and is never written to.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,8 +23,8 @@ from edgeheal.config import ConfigError, UplinkCost
 from edgeheal.lab.netns import Sandbox, run
 from edgeheal.model import CheckStatus, Snapshot, State
 from tests.support import Clock, context, until
+from tests.wireguard.test_check import CLOUD, EDGE2, FakeEgress, FakeReader, counters, untranslated
 from tests.wireguard.test_check import TOML as WG_TOML
-from tests.wireguard.test_check import FakeEgress, FakeReader, counters, untranslated
 
 
 def nic(name: str, index: int, *, metric: int | None = 100, carrier: bool = True,
@@ -305,3 +305,46 @@ async def test_the_route_listener_reports_a_default_route_in_its_namespace(
             await first()
     assert got[0].event == "RTM_NEWROUTE"
     assert got[0].ifindex > 0
+
+
+@pytest.mark.parametrize(("reader", "toml", "forgotten"), [
+    ("uapi", "", 2),                                  # both watched peers re-set
+    ("netlink", "", 0),                               # the kernel drops a stale source
+    ("uapi", "forget_source = false\n", 0),
+])
+async def test_after_a_switch_a_userspace_device_is_told_to_forget_its_source(
+        reader: str, toml: str, forgotten: int) -> None:
+    clock, devices, egress = Clock(), FakeReader(), FakeEgress()
+    status = {"uplink": uplink_status(clock, "eth0", 0)}
+    calls: list[tuple[str, str, str]] = []
+
+    async def forget(ifname: str, key: str, endpoint: str) -> None:
+        calls.append((ifname, key, endpoint))
+
+    def snapshot() -> Snapshot:
+        return Snapshot(node="n", checks=status, started_mono=0.0, taken_mono=clock.now)
+
+    conf = UPLINK_TOML.replace('interfaces = ["flannel-wg", "flannel-wg-v6"]',
+                               'interfaces = ["flannel-wg", "flannel-wg-v6"]\n'
+                               f'watch_peers = ["{CLOUD}", "{EDGE2}"]\n' + toml, 1)
+    ctx = context(conf, clock=clock, snapshot=snapshot).ctx
+    check = wgcheck.WireguardCheck(ctx, reader=devices, egress=egress,  # type: ignore[arg-type]
+                                   conntrack=untranslated, forget=forget)
+
+    def read(i: int) -> None:
+        devices.devices["flannel-wg"] = replace(
+            counters(clock, rx=1000 + 32 * i, tx=1000 + 32 * i), reader=reader)
+
+    for i in range(3):
+        read(i)
+        await check.run()
+        clock.advance(2)
+    assert calls == []  # no switch, nothing written
+    status["uplink"] = uplink_status(clock, "wwan0", 1)
+    read(4)
+    await check.run()
+    assert len(calls) == forgotten
+    assert all(c[0] == "flannel-wg" and c[2].endswith(":51820") for c in calls)
+    read(5)
+    await check.run()
+    assert len(calls) == forgotten  # once per switch
