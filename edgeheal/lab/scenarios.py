@@ -573,8 +573,9 @@ async def uplink_failover(lab: Lab) -> list[Expectation]:
                             found["at"] - began if "at" in found else None,
                             None if source is None else source - began,
                             _not_ready_seconds(lab, edge, began, lab.now())))
-    log = (edge.workdir / "agent.log").read_text(errors="replace")
-    relearned = log.count("re-learning the source addresses")
+    agent_log = edge.workdir / "agent.log"  # none without the agent (the baseline)
+    relearned = (agent_log.read_text(errors="replace") if agent_log.exists() else ""
+                 ).count("re-learning the source addresses")
     bound = 2 * lab.k + 5  # the next keepalive after the agent's re-set, with slack
     for g in legs:
         seen_s = "never" if g.seen is None else f"{g.seen:.1f} s after the fault"
