@@ -67,9 +67,11 @@ NONE = "\u2013"
 """An en dash: not measured."""
 WINDOWS = {"boot-with-offload": 90.0, "stuck-flannel": 90.0, "modem-reconnect": 200.0,
            "uplink-outage": 150.0, "lossy-link": 90.0, "dead-neighbour": 60.0,
-           "flapping-uplink": 180.0, "stuck-modem": 240.0, "no-coverage": 180.0}
+           "flapping-uplink": 180.0, "stuck-modem": 240.0, "no-coverage": 180.0,
+           "uplink-failover": 90.0}
 """Seconds measured from each scenario's fault, the same for the agent on and off."""
-LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour", "stuck-modem"),
+LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour", "stuck-modem",
+          "uplink-failover"),
          ("uplink-outage", "boot-with-offload", "stuck-flannel", "lossy-link", "no-coverage"))
 KEPT = ((readiness.BEGIN, readiness.END), ("<!-- uplink:begin -->", "<!-- uplink:end -->"),
         ("<!-- bundle:begin -->", "<!-- bundle:end -->"))

@@ -46,6 +46,7 @@ from edgeheal.config.schema import (
     PodRemedySettings,
     RemediationSettings,
     ServiceSettings,
+    UplinkCost,
     UplinkLadderSettings,
     UplinkSettings,
     WireguardSettings,
@@ -133,8 +134,8 @@ __all__ = [
     "HttpSettings",
     "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",
     "PmtuSettings", "PodRemedySettings", "RemediationSettings", "ServiceSettings",
-    "UplinkLadderSettings", "UplinkSettings", "WireguardSettings", "check_sections", "doc",
-    "file_settings",
+    "UplinkCost", "UplinkLadderSettings", "UplinkSettings", "WireguardSettings",
+    "check_sections", "doc", "file_settings",
     "format_duration", "load_generic", "loads_generic", "parse_duration", "read", "redacted",
     "reference", "setting", "split_hostport",
 ]

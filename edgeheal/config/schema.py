@@ -153,6 +153,24 @@ class WireguardSettings(CheckSettings):
         30.0, "How long a new interface or peer may take for its first handshake.",
         duration=True, bounds=(0.0, 86400.0))
     required: bool = setting(True, "The check gates `/readyz`.")
+    forget_source: bool = setting(
+        True, "After an uplink failover (the `uplink` check's active interface changed), "
+        "set each watched peer's endpoint again on a userspace device (wireguard-go, "
+        "boringtun), so it stops sending from the old uplink's address (docs/failover.md). "
+        "A kernel device drops a stale source by itself and is never written to.")
+
+
+@dataclass(frozen=True, slots=True)
+class UplinkCost:
+    """One `[[uplink.costs]]` entry: what using an uplink costs (LF EVE's port cost)."""
+
+    interface: str = setting(
+        "", "The uplink interface (a name or glob of `[uplink] interfaces`).")
+    cost: int = setting(
+        0, "0 (free: Ethernet, Wi-Fi) to 255 (the dearest: a metered LTE plan), as LF EVE "
+        "orders its ports. edgeheal never moves the default route: the network manager's "
+        "route metrics do; the cost ranks interfaces whose default routes tie and is "
+        "exported with the active uplink, so metered accounting charges the right link.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,12 +195,20 @@ class UplinkSettings(CheckSettings):
     dbus_address: str = setting(
         "", "D-Bus address of ModemManager's bus. Empty: the system bus (lab and tests "
         "set a private one).")
+    events: bool = setting(
+        True, "Listen to rtnetlink link and default-route events (one idle socket, no "
+        "polling) and run the check at once when one of the uplinks moves: a failover "
+        "is seen within a second, not at the next `interval`.")
     interval: float | None = setting(
         10.0, "Cadence: reads kernel state and, with ModemManager, a handful of D-Bus "
         "properties; the probe is one TCP handshake.", duration=True, bounds=(0.1, 86400.0))
     retry_interval: float | None = setting(
         2.0, "Quick re-check while in doubt (see the common keys).", duration=True,
         bounds=(0.1, 86400.0))
+    costs: tuple[UplinkCost, ...] = setting(
+        (), "The cost of each uplink (`[[uplink.costs]]`, `interface` and `cost`); an "
+        "interface not listed costs 0. The check follows the interface that carries the "
+        "default route (docs/failover.md) and reports a switch as `uplink.failover`.")
 
 
 @dataclass(frozen=True, slots=True)

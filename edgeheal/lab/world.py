@@ -116,6 +116,11 @@ class Edge:
     modem_bus: str = ""
     """Address of the private D-Bus where this edge's stand-in ModemManager runs ("": no
     modem in this world)."""
+    uplink_peer: str = ""
+    """The carrier's end of the uplink veth (set down: the edge's uplink loses carrier)."""
+    uplink2: str = ""
+    """The second uplink (``uplinks=2``), ``10.62.i.2`` to the carrier's ``10.62.i.1``;
+    "" in a one-uplink world."""
 
     @property
     def edge_ip(self) -> str:
@@ -149,7 +154,7 @@ class World:
     def __init__(self, workdir: Path, *, edges: int = 1, agent: bool = True,
                  offload_on_at_boot: bool = True, field: bool = False,
                  modem: bool = False, collector_payload: int = 0,
-                 agent_extra: str = "") -> None:
+                 agent_extra: str = "", uplinks: int = 1) -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
         self.field = field
@@ -165,7 +170,11 @@ class World:
         self.collector_payload = collector_payload
         """Bytes of each collector reading (0: a small JSON reading, as always)."""
         self.agent_extra = agent_extra
-        """TOML added to every agent's config (``{wg}`` names the edge's tunnel device)."""
+        """TOML added to every agent's config (``{wg}`` names the edge's tunnel device,
+        ``{uplink}`` and ``{uplink2}`` its uplinks)."""
+        self.uplinks = uplinks
+        """2: each edge has a second uplink whose default route has a higher metric
+        (Ethernet at 100, LTE at 700, as NetworkManager orders them)."""
         self.modems: dict[str, Any] = {}
         """edge name -> its FakeModemManager (edgeheal.lab.modemmanager)."""
         self.sandbox = Sandbox()
@@ -218,12 +227,28 @@ class World:
                     wg_ifname=unique("wg"), private_key=private, public_key=public,
                     overlay=f"10.42.{10 + i}.0", pod_cidr=f"10.42.{10 + i}.0/24",
                     workdir=workdir)
-        self.sandbox.veth(ns, carrier, addr_a=f"{edge.edge_ip}/24",
-                          addr_b=f"{edge.carrier_edge_ip}/24", name_a=edge.uplink)
+        _, edge.uplink_peer = self.sandbox.veth(ns, carrier, addr_a=f"{edge.edge_ip}/24",
+                                                addr_b=f"{edge.carrier_edge_ip}/24",
+                                                name_a=edge.uplink)
         self.sandbox.veth(carrier, self.cloud, addr_a=f"{edge.carrier_cloud_ip}/24",
                           addr_b=f"{edge.cloud_ip}/24")
         run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=carrier)
-        run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip], ns=ns)
+        if self.uplinks == 2:
+            edge.uplink2 = unique("v")
+            self.sandbox.veth(ns, carrier, addr_a=f"10.62.{i}.2/24",
+                              addr_b=f"10.62.{i}.1/24", name_a=edge.uplink2)
+            # the relay's address stays reachable over the second uplink when the first
+            # link is down (a carrier's gateway does not vanish with one access link)
+            run(["ip", "addr", "add", f"{edge.carrier_edge_ip}/32", "dev", "lo"],
+                ns=carrier)
+            run(["ip", "route", "add", "default", "via", f"10.62.{i}.1", "dev",
+                 edge.uplink2, "metric", "700"], ns=ns)
+            run(["ip", "route", "add", f"10.62.{i}.0/24", "via", edge.carrier_cloud_ip],
+                ns=self.cloud)
+            run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip, "dev",
+                 edge.uplink, "metric", "100"], ns=ns)
+        else:
+            run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip], ns=ns)
         run(["ip", "route", "add", "default", "via", edge.cloud_ip], ns=carrier)
         for cluster_range in CLUSTER_RANGES:  # the cluster is reachable only via the tunnel
             run(["ip", "route", "add", "unreachable", cluster_range], ns=carrier)
@@ -370,7 +395,8 @@ class World:
         return agent_config.render(edge, mqtt_port=self.mqtt_port, shipped=self.field,
                                    uplink=bool(edge.modem_bus), remediation=remediation,
                                    extra=self.agent_extra.replace("{wg}", edge.wg_ifname)
-                                   + extra)
+                                   .replace("{uplink2}", edge.uplink2)
+                                   .replace("{uplink}", edge.uplink) + extra)
 
     def start_agent(self, edge: Edge, **kw: Any) -> None:
         edge.config_path.write_text(self.agent_config(edge, **kw))
@@ -422,6 +448,20 @@ class World:
                           addr_b=f"{edge.carrier_edge_ip}/24", name_a=edge.uplink)
         run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
         run(["ethtool", "-K", edge.uplink, "tx", "on"], ns=edge.ns)
+
+    def uplink_carrier(self, edge: Edge, on: bool) -> None:
+        """The first uplink loses its carrier (the carrier's end of the veth goes down),
+        and what NetworkManager does then: the device is deactivated, its address and
+        with it its default route removed, so the second uplink's route (metric 700)
+        carries; ``on``: carrier back, address and the metric-100 default route again."""
+        if not on:
+            run(["ip", "link", "set", edge.uplink_peer, "down"], ns=edge.carrier)
+            run(["ip", "addr", "flush", "dev", edge.uplink], ns=edge.ns)
+            return
+        run(["ip", "link", "set", edge.uplink_peer, "up"], ns=edge.carrier)
+        run(["ip", "addr", "add", f"{edge.edge_ip}/24", "dev", edge.uplink], ns=edge.ns)
+        run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip, "dev",
+             edge.uplink, "metric", "100"], ns=edge.ns)
 
     def drop_address(self, edge: Edge) -> None:
         """The modem drops its data session: the uplink keeps its carrier (link up) but
