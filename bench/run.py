@@ -67,14 +67,17 @@ NONE = "\u2013"
 """An en dash: not measured."""
 WINDOWS = {"boot-with-offload": 90.0, "stuck-flannel": 90.0, "modem-reconnect": 200.0,
            "uplink-outage": 150.0, "lossy-link": 90.0, "dead-neighbour": 60.0,
-           "flapping-uplink": 180.0, "stuck-modem": 240.0, "no-coverage": 180.0}
+           "flapping-uplink": 180.0, "stuck-modem": 240.0, "no-coverage": 180.0,
+           "stale-nat": 120.0}
 """Seconds measured from each scenario's fault, the same for the agent on and off."""
-LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour", "stuck-modem"),
+LANES = (("modem-reconnect", "flapping-uplink", "dead-neighbour", "stuck-modem", "stale-nat"),
          ("uplink-outage", "boot-with-offload", "stuck-flannel", "lossy-link", "no-coverage"))
-KEPT = ((readiness.BEGIN, readiness.END), ("<!-- uplink:begin -->", "<!-- uplink:end -->"))
-"""Sections of docs/benchmarks.md this script keeps: bench/readiness.py's, and the uplink
+KEPT = ((readiness.BEGIN, readiness.END), ("<!-- uplink:begin -->", "<!-- uplink:end -->"),
+        ("<!-- stale-nat:begin -->", "<!-- stale-nat:end -->"))
+"""Sections of docs/benchmarks.md this script keeps: bench/readiness.py's, the uplink
 ladder's timings at the shipped defaults and its check's cost (bench/onoff.py --field,
-bench/uplink_cost.py: ten-minute runs measured by hand)."""
+bench/uplink_cost.py: ten-minute runs measured by hand), and the stale-nat runs (the
+restart-only variant and ``--field``, by hand)."""
 QUICK_LANES = (("stuck-flannel",), ("boot-with-offload",))
 QUICK_WINDOW = 60.0
 
