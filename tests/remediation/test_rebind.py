@@ -245,3 +245,19 @@ async def test_no_device_is_not_usable_and_says_which(tmp_path: Path) -> None:
     probe = await remedy.probe()
     assert not probe.usable
     assert "ehnone0" in probe.why
+
+
+async def test_a_rung_not_usable_yet_is_probed_again_alone(tmp_path: Path) -> None:
+    # the device may appear after the agent (Flannel creates it): the actor probes the
+    # rung again every minute, without probing the restart remedy (an API call) with it
+    world = World(make_config(tmp_path, REBIND_ON), Clock(step=0.01))
+    pod, rebind = ScriptedRemedy("pod"), ScriptedRemedy("rebind", usable=False)
+    rem = remediator(world, {"pod": pod, "rebind": rebind})
+    await rem.resolve()
+    assert rem.first is None
+    assert rem.first_wanted()
+    assert not rem.reprobe_wanted()  # the configured pod remedy is not probed again
+    rebind.usable = True
+    await rem.resolve_first()
+    assert rem.first is rebind
+    assert not rem.first_wanted()

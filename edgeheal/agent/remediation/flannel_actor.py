@@ -217,9 +217,12 @@ class Remediator:
                 if snap is not last_snap or now - last_eval >= EVALUATE_EVERY:
                     last_snap, last_eval = snap, now
                     await self.evaluate(snap)
-                if self.reprobe_wanted() and now - last_probe >= REPROBE_EVERY:
+                if now - last_probe >= REPROBE_EVERY and self.reprobe_wanted():
                     last_probe = now
                     await self.resolve()
+                elif now - last_probe >= REPROBE_EVERY and self.first_wanted():
+                    last_probe = now  # the device may appear after the agent (Flannel)
+                    await self.resolve_first()
                 await self.ctx.changed(snap.version, self.tick)
         finally:
             self.reporter.cancel()
@@ -229,8 +232,11 @@ class Remediator:
 
     def reprobe_wanted(self) -> bool:
         """*ladder hook*: probe the remedies again (every :data:`REPROBE_EVERY`)."""
-        return (self.settings.mode == modes.AUTO and self.remedy is None) or (
-            self.first is None and bool(self.counted_rungs()))
+        return self.settings.mode == modes.AUTO and self.remedy is None
+
+    def first_wanted(self) -> bool:
+        """A first rung can exist in this configuration but was not usable yet."""
+        return self.first is None and bool(self.counted_rungs())
 
     def tunnel_view(self, snap: Snapshot) -> policy.TunnelView:
         view = policy.view_of(snap, self.config,
