@@ -429,6 +429,24 @@ class PodRemedySettings:
         duration=True, bounds=(1.0, 3600.0))
 
 
+@dataclass(frozen=True, slots=True)
+class RebindSettings:
+    """`[remediation.rebind]`: the rung before a Flannel restart (docs/remediation.md)."""
+
+    enabled: bool = setting(
+        False, "Before restarting Flannel for a watched peer that is `stalled` or `dead` "
+        "while the direct path is up (and the `uplink` check, if configured, is ok), move "
+        "the WireGuard device to a fresh random UDP port once: the cloud learns the new "
+        "endpoint from the next packet (WireGuard roaming), which a carrier NAT's stale "
+        "mapping of port 51820 cannot follow and a restart (same port) does not change. "
+        "Counts as an attempt for the circuit and the budget. Off by default.")
+    verify_timeout: float = setting(
+        45.0, "How long a rebind waits for the tunnel to recover (fresh handshake, rx "
+        "growing, tunnel-path MQTT ok) before the ladder climbs to the restart: one "
+        "keepalive (25 s on K3s) plus a handshake (5 s), plus the checks' cadence.",
+        duration=True, bounds=(1.0, 600.0))
+
+
 UPLINK_RUNGS = ("modem-reconnect", "link-bounce", "usb-reauthorize", "reboot")
 
 
@@ -507,6 +525,7 @@ class RemediationSettings:
         bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
+    rebind: RebindSettings = field(default_factory=RebindSettings)
     uplink: UplinkLadderSettings = field(default_factory=UplinkLadderSettings)
 
 

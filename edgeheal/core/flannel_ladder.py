@@ -78,7 +78,21 @@ The ladder (first matching rule wins):
    N k3s-agents against one K3s server in the same second. It comes last, after every gate,
    so no gate re-synchronises the fleet after it. The fraction comes from the caller's
    random source (``rand``): the decision stays a function of its inputs.
+   With the first rung (below) on, the wait comes before the rung: the rung's fixed verify
+   bound then carries each node's spread on to its restarts.
 6. otherwise ``restart`` (``dry_run`` marks it: the actor says everything, does nothing).
+   **The first rung** (``[remediation.rebind]``, opt-in): when the view offers one
+   (``first_rung``: a ``pre-restart`` remedy usable on this node), the tunnel's reason is
+   one of its ``unanswered`` reasons (``stalled``/``dead``: a peer that had a session and
+   is no longer answered) — or a tunnel-path target fails while the WireGuard check is
+   ``ok`` or unanswered (the lab's ``stale-nat``: the MQTT probe's timeout comes before
+   the check's ``rx_stall_after``) —, the uplink check (if any) is ``ok`` and no attempt
+   of this failure has failed yet (``failures_in_row == 0``), the ``restart`` names that rung
+   (``Action.rung``) and the actor runs it instead of the restart remedy. It passes every
+   safeguard above, and counts like a restart for the circuit and the budget; if it does
+   not cure, the streak is 1 and the next decision is the restart, which does *not* wait
+   ``cooldown`` after the rung (the cooldown is between restarts: the rung touched nothing
+   Flannel owns, and making the restart wait would only lengthen the outage).
 
 The safeguards of step 4 that are not about the tunnel's evidence (``paused``,
 ``circuit_open``, ``open_circuit``, ``startup_grace``, ``cooldown``, ``budget_exhausted``)
@@ -134,6 +148,9 @@ restart rebuilds from the cluster's data."""
 DEGRADED_REASONS = _TUNNEL.reasons_in(State.DEGRADED)
 UPLINK_CAUSES = _TUNNEL.vocabulary["uplink_causes"]
 """``send_failing`` causes that mean the uplink is gone (the tunnel check's own table)."""
+UNANSWERED = frozenset(f"wireguard_{r}" for r in _TUNNEL.vocabulary["unanswered"])
+"""Failures the first rung answers: a watched peer no longer answered (stalled, dead)."""
+UPLINK = checks.role("uplink").module
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +176,10 @@ class TunnelView:
     """Since when every direct-path target has been ok (monotonic; -inf: no target)."""
     fleet_hold: str = ""
     """A fleet hold that holds now, as people read it ("" when none)."""
+    first_rung: str = ""
+    """The mode of the rung tried before a restart, usable on this node ("": none)."""
+    uplink: State | None = None
+    """The uplink check's effective state; None when absent or not run yet."""
 
     @property
     def healthy(self) -> bool:
@@ -192,14 +213,14 @@ class TunnelView:
 
 def view_of(snapshot: Snapshot, config: Config, *, mode: str,
             booted_mono: float = -math.inf, direct_was_down: bool = True,
-            fleet_hold: str = "") -> TunnelView:
+            fleet_hold: str = "", first_rung: str = "") -> TunnelView:
     """Project a snapshot onto what the policy reads (pure). ``direct_was_down``: see
     :attr:`History.direct_was_down`."""
     def state(name: str) -> CheckStatus | None:
         status = snapshot.checks.get(name)
         return status if status is not None and status.completed else None
 
-    wg, off = state(WIREGUARD), state(OFFLOAD)
+    wg, off, up = state(WIREGUARD), state(OFFLOAD), state(UPLINK)
     paths = by_path(snapshot, config)
     # A tunnel-path target without a result yet is unknown, not absent: else an agent
     # restarted by kill -9 whose WireGuard check's first reading says ok (one reading shows
@@ -219,7 +240,8 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
                          if wg and wg.reason == SEND_FAILING else ""),
         tunnel_mqtt=tunnel, direct_mqtt=direct,
         offload=off.state if off else None, offload_reason=off.reason if off else "",
-        started_mono=snapshot.started_mono, booted_mono=booted_mono, fleet_hold=fleet_hold)
+        started_mono=snapshot.started_mono, booted_mono=booted_mono, fleet_hold=fleet_hold,
+        first_rung=first_rung, uplink=up.state if up else None)
 
 
 def decide(view: TunnelView, history: History, now: float,
@@ -263,13 +285,20 @@ def decide(view: TunnelView, history: History, now: float,
                        f"ago; the tunnel gets {settings.uplink_settle:g}s to recover by itself")]
     if view.mode == NO_REMEDY:
         return [Action("skip", "mode_none", f"{failure}: no remedy on this node (alert only)")]
+    rung = _first_rung(view, history, failure)
     throttled = ladder.throttled(history, now, failure, Limits.of(settings),
-                                 started_mono=view.started_mono, booted_mono=view.booted_mono)
+                                 started_mono=view.started_mono, booted_mono=view.booted_mono,
+                                 no_cooldown_after=view.first_rung if not rung else "")
     if throttled is not None:
         return [throttled]
     waiting = _jitter(history, now, failure, settings, rand)
     if waiting is not None:
         return [waiting]
+    if rung:
+        verb = "would try" if settings.dry_run else "try"
+        return [Action("restart", failure, f"{failure}: {verb} {rung} before a Flannel "
+                       "restart (a fresh WireGuard port)", dry_run=settings.dry_run,
+                       rung=rung)]
     verb = "would restart" if settings.dry_run else "restart"
     return [Action("restart", failure, f"{failure}: {verb} Flannel ({view.mode})",
                    dry_run=settings.dry_run)]
@@ -295,6 +324,19 @@ def _jitter(history: History, now: float, failure: str, settings: RemediationSet
 def episode_over(view: TunnelView, history: History) -> History:
     """A healthy tunnel ends the episode: a drawn restart wait no longer applies."""
     return history.waiting_until(None) if view.healthy else history
+
+
+def _first_rung(view: TunnelView, history: History, failure: str) -> str:
+    """The rung to try before the restart, or "" (rung 5's conditions)."""
+    if not view.first_rung or history.failures_in_row or view.uplink not in (None, State.OK):
+        return ""
+    if failure in UNANSWERED:
+        return view.first_rung
+    unanswered = {r.removeprefix("wireguard_") for r in UNANSWERED}
+    if failure == "tunnel_mqtt_failed" and (view.wireguard is State.OK
+                                            or view.wireguard_reason in unanswered):
+        return view.first_rung  # the device and its peers look fine: no answer through it
+    return ""
 
 
 def _send_failing(view: TunnelView) -> Action:

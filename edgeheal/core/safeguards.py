@@ -109,8 +109,10 @@ class History:
         """Attempts (dry runs included) in ``(now - window, now]`` on this boot."""
         return [r for r in self.records if r.mono is not None and now - r.mono < window]
 
-    def last_restart(self) -> Record | None:
-        dated = [r for r in self.records if r.mono is not None]
+    def last_restart(self, *, besides: str = "") -> Record | None:
+        """The newest attempt of this boot (``besides``: not counting that mode's)."""
+        dated = [r for r in self.records if r.mono is not None
+                 and not (besides and r.mode == besides)]
         return max(dated, key=lambda r: r.mono or 0.0) if dated else None
 
     def paused(self, now: float) -> bool:
@@ -220,9 +222,10 @@ def may_close(now: float, started_mono: float, limits: Limits) -> bool:
 
 def throttled(history: History, now: float, failure: str, limits: Limits, *,
               started_mono: float, booted_mono: float,
-              wording: Wording = FLANNEL) -> Action | None:
+              wording: Wording = FLANNEL, no_cooldown_after: str = "") -> Action | None:
     """``open_circuit``, ``startup_grace``, ``cooldown`` or ``budget_exhausted`` (in that
-    order), else None: the attempt may go ahead."""
+    order), else None: the attempt may go ahead. ``no_cooldown_after``: a mode whose
+    attempts start no cooldown (the Flannel ladder's first rung, before its restart)."""
     if history.failures_in_row >= limits.give_up_after:
         return Action("open_circuit", failure,
                       f"{failure}: {history.failures_in_row} {wording.attempts} in a row did "
@@ -232,7 +235,7 @@ def throttled(history: History, now: float, failure: str, limits: Limits, *,
     if now < grace_end:
         return Action("skip", "startup_grace",
                       f"{failure}: within startup grace ({grace_end - now:.0f}s left)")
-    last = history.last_restart()
+    last = history.last_restart(besides=no_cooldown_after)
     if last is not None and last.mono is not None and now - last.mono < limits.cooldown:
         return Action("skip", "cooldown",
                       f"{failure}: cooldown ({limits.cooldown - (now - last.mono):.0f}s "

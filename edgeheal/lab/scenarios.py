@@ -602,6 +602,106 @@ async def uplink_failover(lab: Lab) -> list[Expectation]:
     return out
 
 
+REBIND_ON = "\n[remediation.rebind]\nenabled = true\n"
+"""The agent's opt-in rung before the restart (docs/remediation.md, "The first rung")."""
+
+
+def _actions(lab: Lab, edge: Edge) -> list[dict[str, object]]:
+    doc = lab.world.status(edge) or {}
+    return [a for a in doc.get("actions") or [] if isinstance(a, dict)]
+
+
+async def _renumber(lab: Lab, edge: Edge) -> tuple[float, str, str, list[str]]:
+    """The stale-nat fault: the carrier moves the edge's public address while the tunnel's
+    flow keeps its mapping to the old one."""
+    old = edge.public_ip
+    before = lab.world.nat_mappings(edge)
+    fault = lab.mark("nat_renumbered")
+    new = lab.world.renumber_public(edge, host=11)
+    lab.note("lab", f"fault: the carrier moved {edge.name}'s public address {old} -> {new}; "
+             f"the tunnel's flow keeps its mapping {', '.join(before) or '?'} (stale)",
+             edge.name)
+    return fault, old, new, before
+
+
+async def stale_nat(lab: Lab) -> list[Expectation]:
+    """The carrier moves the edge's public address; the tunnel's long-lived flow of port
+    51820 keeps its mapping to the old one (a carrier NAT's stale mapping), so the cloud's
+    answers go nowhere. The agent's ``rebind`` rung moves the device to a fresh port, the
+    NAT maps the new flow to the new address, the cloud learns it by roaming: healed with
+    no Flannel restart."""
+    edge = lab.world.edges[0]
+    out = await _settle(lab)
+    fault, old, new, _ = await _renumber(lab, edge)
+    within = lab.scaled(30, 90)  # rx_stall_after (2.5 K) or the probe's timeout, + slack
+    seen: dict[str, str] = {}
+
+    def failing() -> bool:
+        for check in ("wireguard", "broker-tunnel"):
+            if lab.state(edge, check) == "failed":
+                seen[check] = str(lab.reason(edge, check))
+        return bool(seen)
+
+    detected = await lab.until(failing, within, "the agent to see the tunnel fail")
+    t_detect = lab.now() - fault
+    healed = await lab.until(lambda: _ok(lab, edge) and lab.world.listen_port(edge) not in (
+        0, 51820), lab.scaled(90, 240), "the tunnel to heal on a new port")
+    t_healed = lab.mark("recovered") - fault
+    port = lab.world.listen_port(edge)
+    endpoint = lab.world.cloud_endpoint(edge)
+    before = lab.world.collector_stats(edge).get("delivered", 0) or 0
+    await lab.hold(6)
+    after = lab.world.collector_stats(edge).get("delivered", 0) or 0
+    actions = _actions(lab, edge)
+    rebinds = [a for a in actions if a.get("mode") == "rebind"]
+    return [*out,
+            Expectation(f"the stale mapping breaks the tunnel and the agent sees it within "
+                        f"{within:g} s", detected and t_detect <= within and seen.get(
+                            "wireguard", "stalled") in ("stalled", "dead"),
+                        ", ".join(f"{k} {v}" for k, v in seen.items())
+                        + f" {t_detect:.1f}s after the fault" if detected else "never"),
+            Expectation("healed by rebind: the device on a fresh port, the tunnel ok",
+                        healed and any(a.get("result") == "recovered" for a in rebinds),
+                        f"{t_healed:.1f}s after the fault, port {port}, rebinds "
+                        f"{[a.get('result') for a in rebinds]}" if healed else
+                        f"never; rebinds {[a.get('result') for a in rebinds]}"),
+            Expectation("the cloud learned the new mapping (roaming): the new public address",
+                        endpoint.startswith(f"{new}:"),
+                        f"cloud's endpoint for the edge {endpoint} (old address {old})"),
+            Expectation("no Flannel restart", not lab.world.kube.deletions,
+                        f"{len(lab.world.kube.deletions)} pod deletions"),
+            Expectation("collector messages flowing through the tunnel again", after > before,
+                        f"delivered {before} -> {after} in 6 s")]
+
+
+async def stale_nat_restart(lab: Lab) -> list[Expectation]:
+    """The same stale mapping, with the agent restarting Flannel only (no rebind): the
+    restart re-creates the device on port 51820, the same flow, the same dead mapping; the
+    tunnel stays down through the restarts."""
+    edge = lab.world.edges[0]
+    out = await _settle(lab)
+    fault, old, _, _ = await _renumber(lab, edge)
+    restarted = await lab.until(lambda: bool(lab.world.kube.deletions), lab.scaled(60, 180),
+                                "a Flannel restart")
+    t_restart = lab.now() - fault
+    # the restart's verification window, and a little more: the tunnel stays down
+    await lab.hold(lab.scaled(45, 75))
+    ok_after = _ok(lab, edge)
+    builds = edge.device_builds
+    endpoint = lab.world.cloud_endpoint(edge)
+    return [*out,
+            Expectation("the agent restarted Flannel (the device re-created on port 51820)",
+                        restarted and builds >= 2 and lab.world.listen_port(edge) == 51820,
+                        f"{len(lab.world.kube.deletions)} pod deletions, first "
+                        f"{t_restart:.1f}s after the fault, device built {builds} times"
+                        if restarted else "no restart"),
+            Expectation("a restart alone does not cure a stale mapping: still down",
+                        restarted and not ok_after,
+                        f"wireguard {lab.state(edge, 'wireguard')} "
+                        f"({lab.reason(edge, 'wireguard')}); cloud's endpoint {endpoint} "
+                        f"(the old address {old})")]
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("boot-with-offload", "the edge boots with TX checksum offload on; the agent "
              "turns it off and the tunnel comes up", boot_with_offload,
@@ -637,6 +737,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("no-coverage", "the modem loses the network for longer than the ladder waits "
              "on a stuck modem; the agent only alerts", uplinklab.no_coverage, budget=330,
              modem=True),
+    Scenario("stale-nat", "the carrier moves the edge's public address and its NAT keeps "
+             "the tunnel's flow on the old one; the agent's rebind rung moves WireGuard to a "
+             "fresh port and it heals, no Flannel restart", stale_nat, budget=300,
+             carrier_nat=True, agent_extra=REBIND_ON),
+    Scenario("stale-nat-restart", "the same stale mapping with Flannel restarts only (no "
+             "rebind): the device comes back on port 51820, the same dead mapping",
+             stale_nat_restart, budget=300, carrier_nat=True),
 )}
 
 DEFAULT = "boot-with-offload"

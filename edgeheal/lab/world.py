@@ -121,6 +121,9 @@ class Edge:
     uplink2: str = ""
     """The second uplink (``uplinks=2``), ``10.62.i.2`` to the carrier's ``10.62.i.1``;
     "" in a one-uplink world."""
+    public_ip: str = ""
+    """The edge's public address at the carrier's NAT ("": no carrier NAT in this world,
+    the cloud sees the carrier's own address)."""
 
     @property
     def edge_ip(self) -> str:
@@ -154,7 +157,8 @@ class World:
     def __init__(self, workdir: Path, *, edges: int = 1, agent: bool = True,
                  offload_on_at_boot: bool = True, field: bool = False,
                  modem: bool = False, collector_payload: int = 0,
-                 agent_extra: str = "", uplinks: int = 1) -> None:
+                 agent_extra: str = "", uplinks: int = 1,
+                 carrier_nat: bool = False) -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
         self.field = field
@@ -175,6 +179,9 @@ class World:
         self.uplinks = uplinks
         """2: each edge has a second uplink whose default route has a higher metric
         (Ethernet at 100, LTE at 700, as NetworkManager orders them)."""
+        self.carrier_nat = carrier_nat
+        """The carriers map the edges' tunnel flows onto a public address that they can
+        move, keeping established flows on the old one (:mod:`edgeheal.lab.carriernat`)."""
         self.modems: dict[str, Any] = {}
         """edge name -> its FakeModemManager (edgeheal.lab.modemmanager)."""
         self.sandbox = Sandbox()
@@ -206,6 +213,12 @@ class World:
         self._start_cloud_wireguard()
         self._start_broker()
         await self._start_kube()
+        if self.carrier_nat:
+            from edgeheal.lab import carriernat
+
+            for edge in self.edges:  # before the relay's first packet
+                edge.public_ip = carriernat.install(self.sandbox, edge, edge.cloud_ip,
+                                                    WG_PORT)
         for edge in self.edges:
             self._start_kube_proxy(edge)
             self._start_relay(edge)
@@ -474,6 +487,29 @@ class World:
         edge.host = host
         run(["ip", "addr", "add", f"{edge.edge_ip}/24", "dev", edge.uplink], ns=edge.ns)
         run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
+
+    def renumber_public(self, edge: Edge, host: int) -> str:
+        """The carrier moves the edge to a new public address; the established tunnel flow
+        keeps the old, now dead one (a carrier NAT's stale mapping). Returns the new one."""
+        from edgeheal.lab import carriernat
+
+        if not edge.public_ip:
+            raise LabError("this world has no carrier NAT (World(carrier_nat=True))")
+        edge.public_ip = carriernat.renumber(self.sandbox, edge, edge.cloud_ip, WG_PORT,
+                                             old=edge.public_ip, host=host)
+        return edge.public_ip
+
+    def nat_mappings(self, edge: Edge) -> list[str]:
+        """The carrier's live translations of the edge's tunnel flows (``port->ip:port``)."""
+        from edgeheal.lab import carriernat
+
+        return carriernat.mappings(edge, edge.cloud_ip, WG_PORT)
+
+    def listen_port(self, edge: Edge) -> int:
+        """The edge's WireGuard listen port, as ``wg show`` says."""
+        out = run(["wg", "show", edge.wg_ifname, "listen-port"], ns=edge.ns,
+                  check=False).stdout.strip()
+        return int(out) if out.isdigit() else 0
 
     def cloud_endpoint(self, edge: Edge) -> str:
         """Where the cloud sends this edge's tunnel packets (learned by roaming)."""

@@ -124,6 +124,9 @@ class UplinkRemediator(Remediator):
     def reprobe_wanted(self) -> bool:
         return False  # evaluate() probes, while the uplink is in trouble
 
+    def counted_rungs(self) -> tuple[tuple[str, str], ...]:
+        return ()  # the first rung is the Flannel ladder's
+
     async def evaluate(self, snap: Snapshot) -> list[Action]:
         status = snap.checks.get(uplink.UPLINK)
         trouble = status is not None and status.completed and status.state is not State.OK

@@ -421,7 +421,10 @@ checks.register(checks.Registration(
     doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=validate,
     reasons=tuple(REASONS), default_enabled=True, role="tunnel", reason_states=REASONS,
     vocabulary={"send_failing": frozenset({"send_failing"}),
-                "uplink_causes": UPLINK_CAUSES}))
+                "uplink_causes": UPLINK_CAUSES,
+                # a watched peer that had a session and is no longer answered: what a
+                # stale NAT mapping looks like (the ladder's rebind rung)
+                "unanswered": frozenset({"stalled", "dead"})}))
 
 __all__ = ["HASTEN_EVERY", "HASTEN_MAX", "HASTEN_VERDICTS", "KINDS", "NAME", "PeerView",
            "Targets", "WireguardCheck", "listed_peers",
