@@ -13,7 +13,7 @@ built on this (amd64) machine without running one arm64 instruction, then booted
   of dpkg: its PID 1 is the bed's shell script, not systemd. No ``ld.so.cache``: Debian's
   loader searches ``/lib/aarch64-linux-gnu`` and ``/usr/lib/aarch64-linux-gnu`` built in.
 - :func:`site`: the agent's dependencies for the guest's Python (Debian 12's 3.11 on
-  aarch64): the project's dependencies with the ``kubernetes`` and ``dbus`` extras, as
+  aarch64): the project's dependencies with the ``kubernetes``, ``dbus`` and ``lab`` extras, as
   manylinux aarch64 wheels (what ``packaging/build --arch arm64`` bundles), installed with
   ``pip install --target``. The host's site-packages cannot be shared as on amd64: its
   compiled modules are x86-64.
@@ -50,7 +50,8 @@ FORMAT = 2
 WANTED_BOOT = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4")
 """What mounts the root disk; :func:`boot_modules` adds their dependencies (``virtio`` and
 ``virtio_ring`` are built into Debian's arm64 kernel, unlike amd64's)."""
-EXTRAS = ("kubernetes", "dbus")
+EXTRAS = ("kubernetes", "dbus", "lab")
+"""The agent's, and ``lab`` for ``edgeheal diagnose`` (scapy)."""
 DONE = ".edgeheal-complete"
 """The marker of a finished cache entry (written last)."""
 PYTHON = "3.11"

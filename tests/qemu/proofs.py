@@ -1,6 +1,7 @@
 """What the QEMU bed proves on a kernel, shared by the amd64 guest (test_guest_kernel.py)
 and the arm64 guest (test_guest_arm64.py): the generic-netlink WireGuard reader against
-``wg show dump`` and its errors, the whole agent served to the host, the ``wireguard``
+``wg show dump`` and its errors, ``edgeheal diagnose`` on a kernel device, the whole agent
+served to the host, the ``wireguard``
 check's verdicts from guest_check.py's timelines, the module gone. Each function asserts;
 the test modules name the tests."""
 
@@ -15,7 +16,7 @@ from typing import Any
 from edgeheal.lab import nsutil
 from edgeheal.lab.netns import run
 from tests.qemu import bed
-from tests.qemu.support import AGENT_SETUP, nics
+from tests.qemu.support import AGENT_SETUP, DIAG_SETUP, DIAGNOSE, nics
 
 SRC = bed.SRC + "/tests/qemu"
 
@@ -48,6 +49,39 @@ def reader_errors(vm: bed.VM) -> None:
     assert got["not_wireguard"].startswith("NoSuchDevice")
     assert "not a WireGuard interface" in got["not_wireguard"]
     assert got["no_cap_net_admin"].startswith("PermissionDenied")
+
+
+# --- edgeheal diagnose on a kernel device ----------------------------------------------------
+
+def diagnose(vm: bed.VM) -> None:
+    """The device read through generic netlink, the capture on a veth: healthy; then the
+    cloud drops every handshake (as it dropped the incident's bad checksums) with TX
+    offload on at the edge: ``checksum_offload``. No private key in either report."""
+    try:
+        vm.sh(DIAG_SETUP)
+        res = vm.run(DIAGNOSE + " --json", timeout=180)
+        assert res.rc == 0, res.out + res.err
+        report = json.loads(res.out)
+        assert report["verdict"]["code"] == "healthy"
+        (peer,) = report["peers"]
+        assert peer["finding"] == "healthy"
+        assert peer["received"].get("keepalive", 0) > 0
+        assert report["offload"]["on"] is True  # veth: tx-checksum-ip-generic on
+        vm.sh("printf 'table inet f {\\n chain in { type filter hook input priority 0; "
+              "policy accept;\\n udp dport 51820 drop\\n }\\n}\\n' | ip netns exec db nft -f -; "
+              "pb=$(wg pubkey </tmp/dkb); ip netns exec da wg set wgd peer $pb remove; "
+              "ip netns exec da wg set wgd peer $pb endpoint 10.50.0.2:51820 "
+              "allowed-ips 10.51.0.2/32 persistent-keepalive 3")
+        res = vm.run(DIAGNOSE, timeout=180)
+        assert res.rc == 1, res.out + res.err
+        assert "VERDICT: handshakes are sent but never answered while TX checksum offload " \
+               "is on" in res.out
+        assert "peer " in res.out
+        assert ": checksum_offload" in res.out
+        keys = vm.sh("cat /tmp/dka /tmp/dkb").split()
+        assert not [k for k in keys if k in res.out + res.err + json.dumps(report)]
+    finally:
+        vm.run("ip netns del da; ip netns del db; rm -f /tmp/dka /tmp/dkb /tmp/diag.toml")
 
 
 # --- the whole agent in the guest ------------------------------------------------------------

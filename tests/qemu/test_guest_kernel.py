@@ -18,8 +18,6 @@ import pytest
 
 from tests.qemu import bed, proofs
 from tests.qemu.support import (
-    DIAG_SETUP,
-    DIAGNOSE,
     USBNET,
     Enforcing,
     count,
@@ -205,31 +203,7 @@ def test_diagnose_on_a_kernel_device_healthy_then_the_incidents_look(vm: bed.VM)
     """The device read through generic netlink, the capture on a veth: healthy; then the
     cloud drops every handshake (as it dropped the incident's bad checksums) with TX
     offload on at the edge: ``checksum_offload``. No private key in either report."""
-    try:
-        vm.sh(DIAG_SETUP)
-        res = vm.run(DIAGNOSE + " --json", timeout=180)
-        assert res.rc == 0, res.out + res.err
-        report = json.loads(res.out)
-        assert report["verdict"]["code"] == "healthy"
-        (peer,) = report["peers"]
-        assert peer["finding"] == "healthy"
-        assert peer["received"].get("keepalive", 0) > 0
-        assert report["offload"]["on"] is True  # veth: tx-checksum-ip-generic on
-        vm.sh("printf 'table inet f {\\n chain in { type filter hook input priority 0; "
-              "policy accept;\\n udp dport 51820 drop\\n }\\n}\\n' | ip netns exec db nft -f -; "
-              "pb=$(wg pubkey </tmp/dkb); ip netns exec da wg set wgd peer $pb remove; "
-              "ip netns exec da wg set wgd peer $pb endpoint 10.50.0.2:51820 "
-              "allowed-ips 10.51.0.2/32 persistent-keepalive 3")
-        res = vm.run(DIAGNOSE, timeout=180)
-        assert res.rc == 1, res.out + res.err
-        assert "VERDICT: handshakes are sent but never answered while TX checksum offload " \
-               "is on" in res.out
-        assert "peer " in res.out
-        assert ": checksum_offload" in res.out
-        keys = vm.sh("cat /tmp/dka /tmp/dkb").split()
-        assert not [k for k in keys if k in res.out + res.err + json.dumps(report)]
-    finally:
-        vm.run("ip netns del da; ip netns del db; rm -f /tmp/dka /tmp/dkb /tmp/diag.toml")
+    proofs.diagnose(vm)
 
 
 # --- the whole agent in the guest ---------------------------------------------------------------
