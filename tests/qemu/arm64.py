@@ -52,6 +52,8 @@ WANTED_BOOT = ("virtio_pci", "virtio_blk", "crc32c_generic", "ext4")
 ``virtio_ring`` are built into Debian's arm64 kernel, unlike amd64's)."""
 EXTRAS = ("kubernetes", "dbus", "lab")
 """The agent's, and ``lab`` for ``edgeheal diagnose`` (scapy)."""
+BUILT: set[str] = set()
+"""The cache entries this process built (the image reports its build time from it)."""
 DONE = ".edgeheal-complete"
 """The marker of a finished cache entry (written last)."""
 PYTHON = "3.11"
@@ -64,7 +66,8 @@ TARGET = ("--only-binary=:all:", "--python-version", PYTHON, "--implementation",
 
 
 def _cached(cache: Path, name: str, build: Callable[[Path], None]) -> Path:
-    """``cache/name``, built by ``build(partial)`` once, under a lock, renamed into place."""
+    """``cache/name``, built by ``build(partial)`` once, under a lock, renamed into place
+    (:data:`BUILT` records that it was built here)."""
     cache.mkdir(parents=True, exist_ok=True)
     final = cache / name
     with (cache / f"{name}.lock").open("w") as lock:
@@ -75,6 +78,7 @@ def _cached(cache: Path, name: str, build: Callable[[Path], None]) -> Path:
             partial.mkdir(parents=True)
             try:
                 build(partial)
+                BUILT.add(name)
                 (partial / DONE).write_text("")
                 nspawn.remove_tree(final)
                 partial.rename(final)
@@ -223,13 +227,8 @@ def image(cache: Path) -> bed.Image:
     inputs = json.dumps({"rootfs": tree.name, "format": bed.FORMAT, "init": bed.INITRAMFS_INIT,
                          "stage2": bed.STAGE2, "modules": modules}, sort_keys=True)
     name = f"qemu-arm64-{hashlib.sha256(inputs.encode()).hexdigest()[:16]}"
-    built = False
-
-    def build(out: Path) -> None:
-        nonlocal built
-        bed.build(tree, out, tree / "usr" / "bin" / "busybox", modules)
-        built = True
-
-    final = _cached(cache, name, build)
+    final = _cached(cache, name, lambda out: bed.build(tree, out, tree / "usr" / "bin" /
+                                                       "busybox", modules))
+    built = {tree.name, packages.parent.name, name} & BUILT
     return bed.Image(final / "vmlinuz", final / "initrd.gz", final / "root.ext4",
                      time.monotonic() - began if built else 0.0, bed.ARM64, packages)
