@@ -125,8 +125,8 @@ AMD64 = Arch("amd64", "x86_64", "qemu-system-x86_64", ("-M", "pc", "-cpu", "max"
              usb=True)
 ARM64 = Arch("arm64", "aarch64", "qemu-system-aarch64",
              # pauth-impdef: the CPU's pointer authentication with QEMU's own cheap hash
-             # instead of the architected QARMA, which dominates TCG's time otherwise
-             # (QEMU's docs, "Arm CPU Features": "pauth-impdef ... much faster")
+             # instead of the architected QARMA (QEMU's docs, "Arm CPU Features"): the boot
+             # took 28 s without it, 9-13 s with it (docs/testbed.md)
              ("-M", "virt", "-cpu", "max,pauth-impdef=on"), "ttyAMA0", usb=False)
 
 
