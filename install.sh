@@ -83,8 +83,10 @@ if [ "$dev" -eq 1 ]; then
   # the Debian packages (packaging/build, tests/packaging): debhelper, lintian, and the
   # arm64 strip for the arm64 package built here
   packages+=(dpkg-dev debhelper lintian binutils binutils-aarch64-linux-gnu)
-  # the QEMU test bed (tests/qemu): a real kernel under software emulation
-  packages+=(qemu-system-x86 busybox-static cpio e2fsprogs)
+  # the QEMU test bed (tests/qemu): a real kernel under software emulation, amd64 and arm64
+  # (qemu-system-arm has qemu-system-aarch64; kmod's depmod indexes the arm64 kernel's
+  # modules on this machine, where its own postinst cannot run)
+  packages+=(qemu-system-x86 qemu-system-arm kmod busybox-static cpio e2fsprogs)
   # the real ModemManager daemon, which tests/modem starts on a private bus (no modem)
   packages+=(modemmanager)
   # the polkit rule's test evaluates it with Node.js; keep a Node.js that is already there

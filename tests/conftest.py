@@ -60,6 +60,8 @@ FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
     "lab": ("root",),  # veth pairs in namespaces (tests/offload)
     "guest_image": ("root", "vm"),  # the QEMU bed (tests/qemu)
     "vm": ("root", "vm"),
+    "arm_image": ("root", "vm"),  # the arm64 guest (tests/qemu/test_guest_arm64.py)
+    "arm_vm": ("root", "vm"),
     "debian_rootfs": ("root", "vm"),  # systemd-nspawn containers (tests/systemd)
     "container": ("root", "vm"),
 }

@@ -18,6 +18,9 @@ re-enumerate. This bed boots the kernel the nodes run and lets a test drive it.
 
 KVM is not used: on the test machines ``/dev/kvm`` is a paravirtual hypervisor that cannot
 run a stock kernel; TCG boots in ~15 s.
+
+The same bed boots Debian 12's arm64 kernel (:data:`ARM64`: ``qemu-system-aarch64 -M virt``,
+TCG); its image and site-packages come from ``tests/qemu/arm64.py``.
 """
 
 from __future__ import annotations
@@ -104,12 +107,40 @@ class BedError(Exception):
 # --- the image -------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
+class Arch:
+    """What differs between the guests: the emulator, its board, the kernel's console."""
+
+    name: str
+    """Debian's name: amd64, arm64."""
+    machine: str
+    """``uname -m`` in the guest."""
+    qemu: str
+    board: tuple[str, ...]
+    console: str
+    usb: bool
+    """A USB controller (``-usb``): the amd64 bed's usb-net hangs on it."""
+
+
+AMD64 = Arch("amd64", "x86_64", "qemu-system-x86_64", ("-M", "pc", "-cpu", "max"), "ttyS0",
+             usb=True)
+ARM64 = Arch("arm64", "aarch64", "qemu-system-aarch64",
+             # pauth-impdef: the CPU's pointer authentication with QEMU's own cheap hash
+             # instead of the architected QARMA (QEMU's docs, "Arm CPU Features"): the boot
+             # took 28 s without it, 9-13 s with it (docs/testbed.md)
+             ("-M", "virt", "-cpu", "max,pauth-impdef=on"), "ttyAMA0", usb=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Image:
     kernel: Path
     initrd: Path
     disk: Path
     build_seconds: float = 0.0
     """0 when it came from the cache."""
+    arch: Arch = AMD64
+    site: Path | None = None
+    """The site-packages the guest imports the agent's dependencies from (None: this
+    interpreter's, see :func:`site_packages`)."""
 
 
 def image_key(rootfs: Path) -> str:
@@ -138,7 +169,7 @@ def image(cache: Path) -> Image:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
             try:
-                _build(rootfs, partial, busybox)
+                build(rootfs, partial, busybox)
                 (partial / "done").write_text("")
                 shutil.rmtree(final, ignore_errors=True)
                 partial.rename(final)
@@ -150,7 +181,10 @@ def image(cache: Path) -> Image:
     return Image(final / "vmlinuz", final / "initrd.gz", final / "root.ext4", built)
 
 
-def _build(rootfs: Path, out: Path, busybox: Path) -> None:
+def build(rootfs: Path, out: Path, busybox: Path,
+           boot_modules: Sequence[str] = BOOT_MODULES) -> None:
+    """The kernel, the initramfs (``busybox``, ``boot_modules`` in load order, the scripts)
+    and the ext4 root disk, from ``rootfs``, into ``out``."""
     (kernel,) = sorted((rootfs / "boot").glob("vmlinuz-*"))
     version = kernel.name.removeprefix("vmlinuz-")
     shutil.copy2(kernel, out / "vmlinuz")
@@ -164,11 +198,11 @@ def _build(rootfs: Path, out: Path, busybox: Path) -> None:
         mods = rootfs / "lib" / "modules" / version
         index = {Path(line.split(":")[0]).name.removesuffix(".ko"): line.split(":")[0]
                  for line in (mods / "modules.dep").read_text().splitlines()}
-        for name in BOOT_MODULES:
+        for name in boot_modules:
             if name not in index:
                 raise BedError(f"kernel {version} has no module {name}")
             shutil.copy2(mods / index[name], root / "lib" / f"{name}.ko")
-        (root / "modules").write_text("\n".join(BOOT_MODULES) + "\n")
+        (root / "modules").write_text("\n".join(boot_modules) + "\n")
         (root / "init").write_text(INITRAMFS_INIT)
         (root / "init").chmod(0o755)
         (root / "stage2").write_text(STAGE2)
@@ -235,26 +269,27 @@ class VM:
         return self.workdir / "console.log"
 
     def boot(self, timeout: float = 240.0) -> float:
-        if sys.version_info[:2] != (3, 11):
+        arch, site = self.img.arch, self.img.site
+        if site is None and sys.version_info[:2] != (3, 11):
             raise BedError(f"the guest runs Debian 12's Python 3.11; this is "
                            f"{sys.version_info[0]}.{sys.version_info[1]}: its site-packages "
                            "cannot be shared")
         chan, qmp = self.workdir / "chan.sock", self.workdir / "qmp.sock"
-        argv = ["qemu-system-x86_64", "-M", "pc", "-accel", "tcg,thread=multi,tb-size=256",
-                "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb), "-snapshot",
+        argv = [arch.qemu, *arch.board, "-accel", "tcg,thread=multi,tb-size=256",
+                "-smp", "1", "-m", str(self.memory_mb), "-snapshot",
                 "-no-reboot", "-display", "none", "-vga", "none", "-nic", "none",
                 "-kernel", str(self.img.kernel), "-initrd", str(self.img.initrd),
-                "-append", "console=ttyS0 panic=-1 quiet loglevel=4 net.ifnames=1",
+                "-append", f"console={arch.console} panic=-1 quiet loglevel=4 net.ifnames=1",
                 "-drive", f"file={self.img.disk},format=raw,if=virtio,readonly=off",
                 "-serial", f"file:{self.console}",
                 "-virtfs", f"local,path={CHECKOUT},mount_tag=src,security_model=none,readonly=on",
-                "-virtfs", (f"local,path={site_packages()},mount_tag=site,"
+                "-virtfs", (f"local,path={site or site_packages()},mount_tag=site,"
                             "security_model=none,readonly=on"),
                 "-device", "virtio-serial-pci,id=vser",
                 "-chardev", f"socket,id=ch,path={chan},server=on,wait=off",
                 "-device", f"virtserialport,chardev=ch,name={CHANNEL}",
                 "-qmp", f"unix:{qmp},server=on,wait=off",
-                "-usb", *self.devices]
+                *(["-usb"] if arch.usb else []), *self.devices]
         if self.netns:
             argv = ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
         began = time.monotonic()

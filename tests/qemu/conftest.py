@@ -14,7 +14,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 from edgeheal.lab import nspawn
 from edgeheal.lab.netns import Sandbox
 from tests.qemu import bed
-from tests.qemu.support import Enforcing, nics, usb_nic
+from tests.qemu.support import CheckCases, Enforcing, nics, usb_nic
 
 NICS = (
     # e1000e: PCI slot 8 -> udev names it ens8; the kernel's name is ethN first
@@ -59,48 +58,6 @@ def vm(guest_image: bed.Image) -> Iterator[bed.VM]:
     finally:
         machine.close()
         sandbox.close()
-
-
-VERDICTS_OUT = "/tmp/verdicts.json"
-
-
-@dataclass
-class CheckCases:
-    """tests/qemu/guest_check.py, started in the guest when the module starts (all cases
-    at once, ~4-5 min: the incident needs the protocol's 180 s) so the other guest tests
-    run meanwhile; :meth:`outcome` waits for it. A case that missed a guest-side bound
-    carries its ``error``; the tests assert the rest."""
-
-    vm: bed.VM
-    began: float = 0.0
-    cases: dict[str, Any] | None = None
-
-    def start(self) -> None:
-        self.vm.sh("ip netns add edge && ip -n edge link set lo up")
-        self.vm.sh(f"rm -f {VERDICTS_OUT}; setsid ip netns exec edge python3 "
-                   f"{bed.SRC}/tests/qemu/guest_check.py {VERDICTS_OUT} >/tmp/check.log 2>&1 "
-                   "</dev/null & echo $! >/tmp/check.pid")
-        self.began = time.monotonic()
-
-    def outcome(self, within: float = 600.0) -> dict[str, Any]:
-        deadline = self.began + within
-        while self.cases is None:
-            res = self.vm.run(["cat", VERDICTS_OUT])
-            got = json.loads(res.out) if res.rc == 0 and res.out else {}
-            if got.get("done"):
-                self.cases = dict(got["cases"])
-                print(f"\nthe check's kernel WireGuard cases took "
-                      f"{time.monotonic() - self.began:.0f} s")
-                break
-            if time.monotonic() > deadline:
-                log = self.vm.run(["cat", "/tmp/check.log"]).out
-                raise AssertionError(f"guest_check.py not done in {within:g} s: {got}\n{log}")
-            time.sleep(5)
-        return self.cases
-
-    def stop(self) -> None:
-        self.vm.run("kill $(cat /tmp/check.pid) 2>/dev/null; for n in 1 2 3 4 5 6 7 8; do "
-                    "ip netns del ehc$n 2>/dev/null; done; ip netns del edge 2>/dev/null")
 
 
 @pytest.fixture(scope="module")

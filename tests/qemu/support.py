@@ -1,12 +1,15 @@
 """Helpers of test_guest_kernel.py (kept apart so that module stays readable; the tests
 themselves stay in one module, so ``--dist loadfile`` runs them on one worker, one VM):
-the guest's NICs and features, the enforcer running in the guest, QMP replug, and the
-shell that builds the diagnose and agent tunnels in the guest."""
+the guest's NICs and features, the enforcer running in the guest, QMP replug, the check's
+cases running in the guest, and the shell that builds the diagnose and agent tunnels in the
+guest."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tests.qemu import bed
@@ -99,6 +102,51 @@ def _devices(vm: bed.VM) -> list[dict[str, Any]]:
     for bus in vm.qmp("query-pci"):
         out.extend(bus["devices"])
     return out
+
+
+VERDICTS_OUT = "/tmp/verdicts.json"
+
+
+@dataclass
+class CheckCases:
+    """tests/qemu/guest_check.py, started in the guest when the module starts (all cases
+    at once, ~4-5 min: the incident needs the protocol's 180 s) so the other guest tests
+    run meanwhile; :meth:`outcome` waits for it. A case that missed a guest-side bound
+    carries its ``error``; the tests assert the rest."""
+
+    vm: bed.VM
+    names: Sequence[str] = ()
+    """guest_check.py's cases to run (all of them when empty)."""
+    began: float = 0.0
+    cases: dict[str, Any] | None = None
+
+    def start(self) -> None:
+        self.vm.sh("ip netns add edge && ip -n edge link set lo up")
+        self.vm.sh(f"rm -f {VERDICTS_OUT}; setsid ip netns exec edge python3 "
+                   f"{bed.SRC}/tests/qemu/guest_check.py {VERDICTS_OUT} {' '.join(self.names)} "
+                   ">/tmp/check.log 2>&1 "
+                   "</dev/null & echo $! >/tmp/check.pid")
+        self.began = time.monotonic()
+
+    def outcome(self, within: float = 600.0) -> dict[str, Any]:
+        deadline = self.began + within
+        while self.cases is None:
+            res = self.vm.run(["cat", VERDICTS_OUT])
+            got = json.loads(res.out) if res.rc == 0 and res.out else {}
+            if got.get("done"):
+                self.cases = dict(got["cases"])
+                print(f"\nthe check's kernel WireGuard cases took "
+                      f"{time.monotonic() - self.began:.0f} s")
+                break
+            if time.monotonic() > deadline:
+                log = self.vm.run(["cat", "/tmp/check.log"]).out
+                raise AssertionError(f"guest_check.py not done in {within:g} s: {got}\n{log}")
+            time.sleep(5)
+        return self.cases
+
+    def stop(self) -> None:
+        self.vm.run("kill $(cat /tmp/check.pid) 2>/dev/null; for n in 1 2 3 4 5 6 7 8; do "
+                    "ip netns del ehc$n 2>/dev/null; done; ip netns del edge 2>/dev/null")
 
 
 DIAG_SETUP = """set -e
