@@ -38,6 +38,7 @@ rungs (``ladder = "uplink"``) follow; ``auto`` never considers them, and their o
 the ladder is ``[remediation.uplink] rungs``."""
 FLANNEL = "flannel"
 UPLINK = "uplink"
+CONTROL = "control"
 
 
 class RemedyError(Exception):
@@ -125,6 +126,9 @@ class RemedyRegistration:
     ladder: str = FLANNEL
     """The ladder this remedy is a rung of: ``flannel`` (Flannel restarts; ``auto`` picks
     among these) or ``uplink`` (the uplink ladder's rungs, never picked by ``auto``)."""
+    also: tuple[str, ...] = ()
+    """Further ladders that use this remedy as it is (``k3s-service`` is also the control
+    ladder's one remedy: restarting the K3s agent's unit)."""
 
 
 _REGISTRY: dict[str, RemedyRegistration] = {}
@@ -145,7 +149,8 @@ def registrations(ladder: str | None = FLANNEL) -> list[RemedyRegistration]:
             if err.name != f"{__name__}.{name}":
                 raise
     return [_REGISTRY[name] for name in BUILTIN
-            if name in _REGISTRY and ladder in (None, _REGISTRY[name].ladder)]
+            if name in _REGISTRY
+            and ladder in (None, _REGISTRY[name].ladder, *_REGISTRY[name].also)]
 
 
 def modes() -> tuple[str, ...]:

@@ -23,7 +23,8 @@ Events (alerts): ``remediation.restarted``, ``.recovered``, ``.failed``, ``.skip
 moments go to the Node (:mod:`edgeheal.agent.remediation.reporting`).
 
 **One actor for every ladder.** The uplink ladder
-(:class:`edgeheal.agent.remediation.uplink_actor.UplinkRemediator`) is this class with its own
+(:class:`edgeheal.agent.remediation.uplink_actor.UplinkRemediator`) and the control ladder
+(:class:`edgeheal.agent.remediation.control_actor.ControlRemediator`) are this class with their own
 evidence: it overrides the hooks marked *ladder hook* (what to decide on, which remedy a
 decision uses, what recovery means, the alert kinds' prefix, the control commands' and the
 history file's names) and inherits everything else — the persisted history written before
@@ -261,10 +262,12 @@ class Remediator:
         """*ladder hook*: the remedy an action uses, and its mode name."""
         return self.remedy, self.mode
 
-    async def before(self, action: Action, detail: Mapping[str, Any],
+    async def before(self, action: Action, detail: dict[str, Any],
                      correlation: str) -> str:
         """*ladder hook*: the last word before a remedy runs: "" to go ahead, or why not
-        (then nothing is recorded or done; the reason is a skip)."""
+        (then nothing is recorded or done; the reason is a skip). It may add to
+        ``detail``, which the attempt's alerts carry (the control ladder says there what
+        became of the load balancer's state file)."""
         return ""
 
     async def _apply(self, action: Action) -> None:
