@@ -20,7 +20,8 @@ socket, the counters and the ``/status`` view — must stay one implementation
   (``balancer_state``; k3s-io/k3s#11349) when the agent's user may remove it; the shipped
   unit (``ProtectSystem=strict``) may not, and the restart then goes ahead without and its
   alerts say why in ``detail.balancer_state``;
-- recovery is a fresh ``ok`` of the ``control`` check after the restart;
+- recovery is a fresh ``ok`` of the ``control`` check after the restart, and its effective
+  state ``ok`` (the debounce through): else the next decision restarts again;
 - its own alert kinds (``control_ladder.*``), control commands
   (``remediation.control.*``), history file (``control-history.json``), metric label
   (``ladder="control"``) and Node Event reasons.
@@ -169,6 +170,12 @@ class ControlRemediator(Remediator):
 
     def verified_by(self) -> tuple[str, ...]:
         return (self.check,)
+
+    def cured(self, snap: Snapshot, name: str, since: float) -> bool:
+        """A fresh ``ok`` *and* the check's effective state ``ok``: until its debounce
+        (``recover_after``) has cleared the verdict, the next decision would still see the
+        old one and restart again (the end-to-end test found exactly that)."""
+        return super().cured(snap, name, since) and snap.checks[name].state is State.OK
 
     async def before(self, action: Action, detail: dict[str, Any],
                      correlation: str) -> str:

@@ -405,6 +405,11 @@ class Remediator:
         """*ladder hook*: the checks whose fresh ``ok`` means the remedy cured."""
         return (policy.WIREGUARD, *targets(self.config, "tunnel"))
 
+    def cured(self, snap: Snapshot, name: str, since: float) -> bool:
+        """*ladder hook*: check ``name`` shows the cure: a fresh ``ok`` result after
+        ``since`` (the effective state may still be debouncing)."""
+        return _fresh_ok(snap, name, since)
+
     async def _verify(self, since: float) -> bool:
         """Fresh ok results for every :meth:`verified_by` check, after ``since``."""
         deadline = since + self.settings.verify_timeout
@@ -413,7 +418,7 @@ class Remediator:
         while self.clock() < deadline:
             snap = self.ctx.snapshot()
             names = [n for n in wanted if n in snap.checks]
-            if names and all(_fresh_ok(snap, n, since) for n in names):
+            if names and all(self.cured(snap, n, since) for n in names):
                 return True
             if self.clock() - asked >= VERIFY_HASTEN_EVERY:
                 # without this a healthy-looking tunnel-path probe waits its full interval
