@@ -146,6 +146,12 @@ class Agent:
         self.control_remediator = remediation.build_control(self.ctx, others=self.acting)
         """The control ladder (``[remediation.control] enabled``): restarts the K3s agent,
         never while another ladder acts (:meth:`acting`)."""
+        if self.control_remediator is not None:
+            control = self.control_remediator
+            for actor in (self.remediator, self.uplink_remediator):
+                if actor is not None:  # and they wait while it restarts the K3s agent
+                    actor.yield_to = lambda: ("control",) if control.busy else ()
+                    actor.restarts.labels(action="skip", result="other_ladder")
         self.registry.register(_NewerStateFiles(self))
         self._publish()
 

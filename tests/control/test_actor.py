@@ -172,3 +172,20 @@ async def test_the_cli_pauses_and_resets_the_control_ladder(tmp_path: Path) -> N
         assert (code, "circuit reset" in text) == (0, True), text
     finally:
         await server.close()
+
+
+async def test_the_other_ladders_wait_while_it_restarts_the_agent(tmp_path: Path) -> None:
+    from edgeheal.core.safeguards import Action
+
+    agent = Agent(make_config(tmp_path, mode="auto"), checks=[])
+    flannel, control_ladder = agent.remediator, agent.control_remediator
+    assert flannel is not None
+    assert control_ladder is not None
+    sample = {"ladder": "flannel", "action": "skip", "result": "other_ladder"}
+    assert agent.registry.get_sample_value("edgeheal_remediations_total", sample) == 0.0
+    assert flannel.yield_to() == ()
+    control_ladder.busy = "control_heartbeat_stale"
+    assert flannel.yield_to() == ("control",)
+    await flannel._apply(Action("restart", "wireguard_stalled", "wireguard stalled"))
+    assert flannel.history.records == ()  # nothing attempted, not even a dry run
+    assert agent.registry.get_sample_value("edgeheal_remediations_total", sample) == 1.0

@@ -120,6 +120,10 @@ class Remediator:
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
+        self.yield_to: Callable[[], tuple[str, ...]] = lambda: ()
+        """The other ladders whose action this one waits out (the agent sets it: the
+        Flannel and uplink ladders wait while the control ladder restarts the K3s agent,
+        whose embedded Flannel re-creates the tunnel meanwhile)."""
         self._refused_seen: object = None
         self.announced: set[tuple[str, str]] = set()
         """(kind, reason) of skips and watches said once in this failure episode."""
@@ -271,6 +275,9 @@ class Remediator:
         return ""
 
     async def _apply(self, action: Action) -> None:
+        if action.kind == "restart" and (acting := self.yield_to()):
+            action = Action("skip", "other_ladder", (
+                f"{action.message}: not done: the {', '.join(acting)} ladder is acting"))
         if action.kind == "restart":
             await self._restart(action)
         elif action.kind == "skip":
