@@ -34,6 +34,7 @@ import pytest
 from edgeheal.lab.kubeapi import FakeKube
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import FakeSystemd, SystemBus
+from tests.agent.support import validate
 from tests.support import until
 
 pytestmark = [pytest.mark.slow]
@@ -182,6 +183,7 @@ async def test_a_stuck_agent_is_restarted_once_and_the_node_heartbeats_again(
                           report=lambda d: f"{d.get('checks', {}).get('control')}\n"
                                            f"{d.get('control_remediation')}\n{tail(log)}")
         (action,) = recovered(doc)
+        validate(doc, "status.schema.json")
         assert (action["reason"], action["target"]) == ("control_heartbeat_stale", AGENT)
         assert doc["control_remediation"]["circuit"] == "closed"
         for _ in range(10):  # and it stays so: ok, no second restart
