@@ -143,8 +143,23 @@ class Agent:
             self.ctx, durable=lambda: self.alerts.outbox.fault is None)
         """The uplink ladder (``[remediation.uplink] enabled``); its reboot rung goes ahead
         only while the outbox writes alerts durably."""
+        self.control_remediator = remediation.build_control(self.ctx, others=self.acting)
+        """The control ladder (``[remediation.control] enabled``): restarts the K3s agent,
+        never while another ladder acts (:meth:`acting`)."""
+        if self.control_remediator is not None:
+            control = self.control_remediator
+            for actor in (self.remediator, self.uplink_remediator):
+                if actor is not None:  # and they wait while it restarts the K3s agent
+                    actor.yield_to = lambda: ("control",) if control.busy else ()
+                    actor.restarts.labels(action="skip", result="other_ladder")
         self.registry.register(_NewerStateFiles(self))
         self._publish()
+
+    def acting(self) -> tuple[str, ...]:
+        """The Flannel and uplink ladders acting now (the control ladder waits for them)."""
+        return tuple(name for name, actor in (("flannel", self.remediator),
+                                              ("uplink", self.uplink_remediator))
+                     if actor is not None and actor.busy is not None)
 
     # --- the snapshot ---------------------------------------------------------------------
 
@@ -178,6 +193,8 @@ class Agent:
             out["remediation"] = self.remediator.view()
         if self.uplink_remediator is not None:
             out["uplink_remediation"] = self.uplink_remediator.view()
+        if self.control_remediator is not None:
+            out["control_remediation"] = self.control_remediator.view()
         out["alerts"] = self.alerts.view()
         if newer := self.newer_state_files():
             out["state_files"] = {"newer": [n.detail() for n in newer]}
@@ -187,7 +204,8 @@ class Agent:
         """The state files of a newer format than this build reads (a downgrade): each left
         untouched, its state kept in memory (:mod:`edgeheal.base.statefile`)."""
         found = [self.alerts.outbox.newer]
-        found += [actor.state_newer for actor in (self.remediator, self.uplink_remediator)
+        found += [actor.state_newer for actor in (self.remediator, self.uplink_remediator,
+                                                     self.control_remediator)
                   if actor is not None]
         return [n for n in found if n is not None]
 
@@ -359,7 +377,8 @@ class Agent:
                     tasks.append(spawn(f"edgeheal.serve.{check.name}", check.serve))
             for name, actor in (("edgeheal.alerts", self.alerts),
                                 ("edgeheal.remediation", self.remediator),
-                                ("edgeheal.remediation.uplink", self.uplink_remediator)):
+                                ("edgeheal.remediation.uplink", self.uplink_remediator),
+                                ("edgeheal.remediation.control", self.control_remediator)):
                 if actor is not None:
                     tasks.append(spawn(name, actor.serve))
             await self.stop_event.wait()

@@ -27,6 +27,10 @@ from typing import Any
 
 from edgeheal.model import ExitCode
 
+LADDERS = {"flannel": "remediation", "uplink": "remediation.uplink",
+           "control": "remediation.control"}
+"""``--ladder`` -> the prefix of its control-socket commands."""
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("remediation", help="hold or release the running agent's remediator")
@@ -42,9 +46,9 @@ def add_parser(sub: Any) -> None:
                              "restarts that did not cure")
     reset.set_defaults(func=run)
     for each in (pause, resume, reset):
-        each.add_argument("--ladder", choices=("flannel", "uplink"), default="flannel",
-                          help="which ladder: Flannel restarts (default) or the uplink's "
-                          "rungs")
+        each.add_argument("--ladder", choices=tuple(LADDERS), default="flannel",
+                          help="which ladder: Flannel restarts (default), the uplink's "
+                          "rungs or the K3s agent's restarts (control)")
 
     k = sub.add_parser("kubeconfig",
                        help="write the edge node's kubeconfig from its ServiceAccount token "
@@ -80,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
         payload["for"] = format_duration(seconds)
     config = load(getattr(args, "config", None))
     try:
-        prefix = ("remediation.uplink" if getattr(args, "ladder", "flannel") == "uplink"
-                  else "remediation")
+        prefix = LADDERS[getattr(args, "ladder", "flannel")]
         view = call(config.agent.state_dir, f"{prefix}.{command}", payload)
     except ControlError as err:
         print(f"edgeheal: {err}", file=sys.stderr)

@@ -34,6 +34,7 @@ from edgeheal.config.schema import (
     AlertSettings,
     CheckSettings,
     Config,
+    ControlLadderSettings,
     ControlSettings,
     FleetSettings,
     HttpSettings,
@@ -130,7 +131,8 @@ def loads_generic(text: str, *, source: str = "<string>") -> Config:
 
 __all__ = [
     "DEFAULT_PATH", "ENV_VAR", "MAX_SIZE", "OFFLOAD_DEFAULT_FEATURES", "REDACTED",
-    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError", "ControlSettings",
+    "AgentSettings", "AlertSettings", "CheckSettings", "Config", "ConfigError",
+    "ControlLadderSettings", "ControlSettings",
     "FleetSettings",
     "HttpSettings",
     "KubernetesSettings", "MetricsSettings", "MqttSettings", "MqttTarget", "OffloadSettings",

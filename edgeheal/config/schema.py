@@ -489,6 +489,55 @@ class UplinkLadderSettings:
         "never within `startup_grace` of boot, after its alert is in the outbox.")
 
 
+BALANCER_STATE = "/var/lib/rancher/k3s/agent/etc/k3s-agent-load-balancer.json"
+"""Where K3s's agent keeps its load balancer's server list (k3s-io/k3s#11349)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlLadderSettings:
+    """`[remediation.control]`: the control ladder (docs/control.md). Off by default; it
+    needs the `control` check (`[control]`)."""
+
+    enabled: bool = setting(
+        False, "Run the control ladder: restart the K3s agent's unit (over D-Bus, the "
+        "`[remediation.service]` unit and its timeout) when the `control` check says "
+        "`heartbeat_stale`, `balancer_stuck`, `node_ip_changed` or `not_ready` while a "
+        "server answers directly. Never for `server_unreachable`, never while a "
+        "direct-path target or the uplink check fails, never while the Flannel or the "
+        "uplink ladder acts. Off by default.")
+    dry_run: bool = setting(False, "Log and alert what would be done; do nothing.")
+    act_after: float = setting(
+        60.0, "How long a healable verdict must hold (beyond the check's own debounce) "
+        "before the restart.", duration=True, bounds=(0.0, 86400.0))
+    not_ready_window: float = setting(
+        300.0, "How long `not_ready` must hold before the restart: a node back from an "
+        "outage turns Ready by itself.", duration=True, bounds=(0.0, 86400.0))
+    cooldown: float = setting(
+        600.0, "Least time between two agent restarts.", duration=True,
+        bounds=(0.0, 86400.0))
+    max_per_hour: int = setting(
+        2, "Most agent restarts in any sliding hour, across agent restarts on the same "
+        "boot.")
+    startup_grace: float = setting(
+        300.0, "No restart this soon after edgeheal or the node started (a K3s agent "
+        "needs a minute or two to register after a boot).", duration=True,
+        bounds=(0.0, 86400.0))
+    give_up_after: int = setting(
+        3, "Restarts in a row that did not cure before the circuit opens (a critical "
+        "alert, no more restarts until the check is ok again or `edgeheal remediation "
+        "reset --ladder control`).")
+    verify_timeout: float = setting(
+        180.0, "How long to wait after a restart for a fresh `ok` of the `control` check "
+        "(the kubelet renews its Lease within 10 s of starting; the check confirms it "
+        "with two API reads `[control] api_spacing` apart).", duration=True,
+        bounds=(1.0, 3600.0))
+    balancer_state: str = setting(
+        BALANCER_STATE, "For `balancer_stuck`: the agent's load-balancer state file, "
+        "removed before the restart when edgeheal may remove it (its directory writable "
+        "by the agent's user); otherwise the restart goes ahead without and its alert "
+        "says why (`detail.balancer_state`). Empty: never removed.")
+
+
 @dataclass(frozen=True, slots=True)
 class RemediationSettings:
     mode: str = setting(
@@ -527,6 +576,7 @@ class RemediationSettings:
     service: ServiceSettings = field(default_factory=ServiceSettings)
     rebind: RebindSettings = field(default_factory=RebindSettings)
     uplink: UplinkLadderSettings = field(default_factory=UplinkLadderSettings)
+    control: ControlLadderSettings = field(default_factory=ControlLadderSettings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ def validate(config: Config) -> None:
     _validate_alerts(config)
     _validate_remediation(config)
     _validate_uplink_ladder(config)
+    _validate_control_ladder(config)
     for key, path in file_settings(config):
         if not PurePosixPath(path).is_absolute():
             raise ConfigError(key, f"must be an absolute path, got {show(path)}")
@@ -241,6 +242,22 @@ def _validate_uplink_ladder(config: Config) -> None:
         raise ConfigError(f"{key}.enabled", "the uplink ladder acts only when every "
                           "direct-path MQTT target fails too: configure one "
                           "([[mqtt.targets]] with path = \"direct\")")
+
+
+def _validate_control_ladder(config: Config) -> None:
+    """[remediation.control]: its budget, an absolute ``balancer_state``, and, when enabled,
+    the ``control`` check it acts on."""
+    ladder, key = config.remediation.control, "remediation.control"
+    if ladder.max_per_hour < 1:
+        raise ConfigError(f"{key}.max_per_hour", "must be at least 1 (use enabled = false)")
+    if ladder.give_up_after < 1:
+        raise ConfigError(f"{key}.give_up_after", "must be at least 1")
+    if ladder.balancer_state and not PurePosixPath(ladder.balancer_state).is_absolute():
+        raise ConfigError(f"{key}.balancer_state",
+                          f"must be an absolute path, got {show(ladder.balancer_state)}")
+    if ladder.enabled and ("control" not in config.sections or not config.control.enabled):
+        raise ConfigError(f"{key}.enabled", "the control ladder acts on the control check: "
+                          "configure [control] (its servers)")
 
 
 def _validate_kubernetes(config: Config) -> None:

@@ -1,9 +1,11 @@
 """What every remediation ladder shares: the action vocabulary, the history, the safeguards.
 
-Why a module of its own: edgeheal has two ladders — Flannel's (:mod:`edgeheal.core.flannel_ladder`:
-restart Flannel when the tunnel is broken) and the uplink's (:mod:`edgeheal.core.uplink_ladder`:
-reconnect, bounce, re-authorize, reboot when the modem is stuck). They decide on different
-evidence, but the safeguards that keep an automatic remedy from making things worse must be
+Why a module of its own: edgeheal has three ladders — Flannel's
+(:mod:`edgeheal.core.flannel_ladder`: restart Flannel when the tunnel is broken), the uplink's
+(:mod:`edgeheal.core.uplink_ladder`: reconnect, bounce, re-authorize, reboot when the modem is
+stuck) and the control path's (:mod:`edgeheal.core.control_ladder`: restart the K3s agent that
+has lost its server). They decide on different evidence, but the safeguards that keep an
+automatic remedy from making things worse must be
 *one* implementation, not two copies drifting apart: an operator pause, the circuit that
 opens after ``give_up_after`` attempts in a row that did not cure, ``startup_grace`` after
 the agent or the node started, the ``cooldown`` between attempts and the ``max_per_hour``

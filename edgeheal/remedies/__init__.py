@@ -42,6 +42,7 @@ UPLINK = "uplink"
 PRE_RESTART = "pre-restart"
 """The Flannel ladder's first rung: tried once per failure before the restart remedy
 (``rebind``); never picked by ``auto`` as the restart remedy."""
+CONTROL = "control"
 
 
 class RemedyError(Exception):
@@ -133,6 +134,9 @@ class RemedyRegistration:
     verify_bound: Callable[[Config], float] | None = None
     """How long the actor waits for the cure after this remedy, seconds; None: the
     ladder's own ``verify_timeout``."""
+    also: tuple[str, ...] = ()
+    """Further ladders that use this remedy as it is (``k3s-service`` is also the control
+    ladder's one remedy: restarting the K3s agent's unit)."""
 
 
 _REGISTRY: dict[str, RemedyRegistration] = {}
@@ -153,7 +157,8 @@ def registrations(ladder: str | None = FLANNEL) -> list[RemedyRegistration]:
             if err.name != f"{__name__}.{name}":
                 raise
     return [_REGISTRY[name] for name in BUILTIN
-            if name in _REGISTRY and ladder in (None, _REGISTRY[name].ladder)]
+            if name in _REGISTRY
+            and ladder in (None, _REGISTRY[name].ladder, *_REGISTRY[name].also)]
 
 
 def modes() -> tuple[str, ...]:

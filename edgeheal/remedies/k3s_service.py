@@ -37,7 +37,8 @@ restart: remedies are rare, and a fresh connection survives a restarted dbus-dae
 
 Registered (at the bottom) as mode ``k3s-service``: it owns the ``[remediation.service]``
 rules (only a K3s unit, :data:`K3S_UNIT_PATTERN`), and one restart may take
-``[remediation.service] timeout``.
+``[remediation.service] timeout``. It is also the control ladder's one remedy
+(``also``: restarting the K3s agent that has lost its server, docs/control.md).
 """
 
 from __future__ import annotations
@@ -326,6 +327,6 @@ def _validate(config: Config) -> None:
 
 register(RemedyRegistration(
     mode=MODE, module="k3s_service", factory=_build, restart_bound=_restart_bound,
-    settings="remediation.service", validate=_validate,
+    settings="remediation.service", validate=_validate, also=("control",),
     doc="Restarts the `k3s`/`k3s-agent` unit over systemd's D-Bus API (embedded Flannel); "
         "the workload containers keep running."))

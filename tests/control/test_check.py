@@ -295,3 +295,29 @@ kubelet_healthz = ""
         assert world.lease_reads() == 0
     finally:
         await check.close()
+
+
+async def test_a_server_that_stops_answering_stays_unreachable_between_handshakes(
+        world: World) -> None:
+    """An old reading never speaks for a server that does not answer: between two
+    handshakes (``api_spacing``, doubled while the outage lasts) the verdict stays
+    ``server_unreachable``, not the stale Lease's ``heartbeat_stale`` the control ladder
+    would act on."""
+    clock = Clock()
+    check = check_for(world, clock)
+    try:
+        world.api.kubelet_stop(NODE)
+        for _ in range(3):
+            clock.advance(20.0)
+            result = await check.run()
+        assert result.reason == "heartbeat_stale", result.message
+        await world.api.close()  # the server goes: its port refuses the handshake
+        reasons = []
+        for _ in range(60):  # ten minutes at the 10 s interval
+            clock.advance(10.0)
+            reasons.append((await check.run()).reason)
+        first = reasons.index("server_unreachable")
+        assert first <= 4, reasons  # the next handshake, at most api_spacing doubled
+        assert set(reasons[first:]) == {"server_unreachable"}, reasons
+    finally:
+        await check.close()

@@ -57,6 +57,27 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
     "uplink_ladder.rebooting": Kind(
         "critical", "The uplink ladder reboots the node now (its last rung); raised and "
         "committed to the outbox before logind is asked."),
+    "control_ladder.restarted": Kind(
+        "warning", "The control ladder restarted the K3s agent's unit (`detail.reason`: "
+        "`control_heartbeat_stale`, `control_balancer_stuck`, `control_node_ip_changed` or "
+        "`control_not_ready`; `detail.target`: the unit; for `balancer_stuck`, "
+        "`detail.balancer_state`: whether its state file was removed first). The workloads "
+        "keep running."),
+    "control_ladder.recovered": Kind(
+        "info", "The control check is ok again after an agent restart (or its circuit "
+        "closed)."),
+    "control_ladder.failed": Kind(
+        "critical", "An agent restart could not be carried out (`detail.result` "
+        "`config_problem`: the polkit rule, no K3s unit), or the control check was not ok "
+        "again within `verify_timeout`."),
+    "control_ladder.skipped": Kind(
+        "warning", "The control check failed but the agent was not restarted; "
+        "`detail.reason` says why (`server_unreachable`, `path_down`, `other_ladder`, "
+        "`verdict_window`, a safeguard, or a dry run)."),
+    "control_ladder.circuit_open": Kind(
+        "critical", "`give_up_after` agent restarts in a row did not cure the control path: "
+        "no more until it is ok again or `edgeheal remediation reset --ladder control`. A "
+        "human is needed."),
     "agent.started": Kind(
         "info", "The agent started; `detail.previous_run` is `clean`, `unclean` (killed, "
         "crashed or power loss) or `none` (first start)."),

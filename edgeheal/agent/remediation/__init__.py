@@ -17,9 +17,11 @@ the
   reset) and the ``/status`` view;
 - :mod:`~edgeheal.agent.remediation.uplink_actor` — the uplink ladder's actor: the same actor with
 the
-  uplink's evidence and rungs (docs/remediation-uplink.md).
+  uplink's evidence and rungs (docs/remediation-uplink.md);
+- :mod:`~edgeheal.agent.remediation.control_actor` — the control ladder's actor: restart the K3s
+  agent when it has lost its server (docs/control.md).
 
-The agent's hooks are :func:`build` and :func:`build_uplink`.
+The agent's hooks are :func:`build`, :func:`build_uplink` and :func:`build_control`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "boot_id",
     "boottime",
     "build",
+    "build_control",
     "build_uplink",
 ]
 
@@ -72,3 +75,14 @@ def build_uplink(ctx: Context, *, durable: Callable[[], bool]) -> Remediator | N
     from edgeheal.agent.remediation.uplink_actor import UplinkRemediator
 
     return UplinkRemediator(ctx, durable=durable)
+
+
+def build_control(ctx: Context, *, others: Callable[[], tuple[str, ...]]) -> Remediator | None:
+    """The agent's hook for the control ladder: an actor when ``[remediation.control]
+    enabled`` (off by default; config validation requires ``[control]`` then). ``others``:
+    the other ladders acting now."""
+    if not ctx.config.remediation.control.enabled:
+        return None
+    from edgeheal.agent.remediation.control_actor import ControlRemediator
+
+    return ControlRemediator(ctx, others=others)

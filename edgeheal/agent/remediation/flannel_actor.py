@@ -30,7 +30,8 @@ counted as ``action=<its mode>`` (each (mode, result) at 0 from the start when i
 in this configuration).
 
 **One actor for every ladder.** The uplink ladder
-(:class:`edgeheal.agent.remediation.uplink_actor.UplinkRemediator`) is this class with its own
+(:class:`edgeheal.agent.remediation.uplink_actor.UplinkRemediator`) and the control ladder
+(:class:`edgeheal.agent.remediation.control_actor.ControlRemediator`) are this class with their own
 evidence: it overrides the hooks marked *ladder hook* (what to decide on, which remedy a
 decision uses, what recovery means, the alert kinds' prefix, the control commands' and the
 history file's names) and inherits everything else — the persisted history written before
@@ -131,6 +132,10 @@ class Remediator:
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
+        self.yield_to: Callable[[], tuple[str, ...]] = lambda: ()
+        """The other ladders whose action this one waits out (the agent sets it: the
+        Flannel and uplink ladders wait while the control ladder restarts the K3s agent,
+        whose embedded Flannel re-creates the tunnel meanwhile)."""
         self._refused_seen: object = None
         self.announced: set[tuple[str, str]] = set()
         """(kind, reason) of skips and watches said once in this failure episode."""
@@ -314,13 +319,18 @@ class Remediator:
             return first, action.rung
         return self.remedy, self.mode
 
-    async def before(self, action: Action, detail: Mapping[str, Any],
+    async def before(self, action: Action, detail: dict[str, Any],
                      correlation: str) -> str:
         """*ladder hook*: the last word before a remedy runs: "" to go ahead, or why not
-        (then nothing is recorded or done; the reason is a skip)."""
+        (then nothing is recorded or done; the reason is a skip). It may add to
+        ``detail``, which the attempt's alerts carry (the control ladder says there what
+        became of the load balancer's state file)."""
         return ""
 
     async def _apply(self, action: Action) -> None:
+        if action.kind == "restart" and (acting := self.yield_to()):
+            action = Action("skip", "other_ladder", (
+                f"{action.message}: not done: the {', '.join(acting)} ladder is acting"))
         if action.kind == "restart":
             await self._restart(action)
         elif action.kind == "skip":
@@ -471,6 +481,11 @@ class Remediator:
         """*ladder hook*: the checks whose fresh ``ok`` means the remedy cured."""
         return (policy.WIREGUARD, *targets(self.config, "tunnel"))
 
+    def cured(self, snap: Snapshot, name: str, since: float) -> bool:
+        """*ladder hook*: check ``name`` shows the cure: a fresh ``ok`` result after
+        ``since`` (the effective state may still be debouncing)."""
+        return _fresh_ok(snap, name, since)
+
     async def _verify(self, since: float, within: float) -> bool:
         """Fresh ok results for every :meth:`verified_by` check, after ``since``."""
         deadline = since + within
@@ -479,7 +494,7 @@ class Remediator:
         while self.clock() < deadline:
             snap = self.ctx.snapshot()
             names = [n for n in wanted if n in snap.checks]
-            if names and all(_fresh_ok(snap, n, since) for n in names):
+            if names and all(self.cured(snap, n, since) for n in names):
                 return True
             if self.clock() - asked >= VERIFY_HASTEN_EVERY:
                 # without this a healthy-looking tunnel-path probe waits its full interval

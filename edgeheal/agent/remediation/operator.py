@@ -5,10 +5,11 @@ remediator without stopping the agent's monitoring, and release the circuit afte
 what made restarts useless — ``remediation.pause`` (``{"for": "30m"}`` or indefinite),
 ``remediation.resume`` and ``remediation.reset`` on the root-only control socket
 (``edgeheal remediation ...``; the uplink ladder's are ``remediation.uplink.*``,
-``edgeheal remediation ... --ladder uplink``). Each change goes through the actor's
+``edgeheal remediation ... --ladder uplink``, the control ladder's
+``remediation.control.*``, ``--ladder control``). Each change goes through the actor's
 persisted history, so a pause survives an agent restart. Every answer is the same view
-``/status`` shows under ``remediation`` (``uplink_remediation``): mode and why, circuit,
-streak, budget, pause, the last decision and the recent attempts.
+``/status`` shows under ``remediation`` (``uplink_remediation``, ``control_remediation``):
+mode and why, circuit, streak, budget, pause, the last decision and the recent attempts.
 
 A pause is bounded (issue 17): ``{"for": ...}`` must be a duration from
 :data:`PAUSE_MIN` to :data:`PAUSE_MAX` (30 days; longer means "until resumed", which is

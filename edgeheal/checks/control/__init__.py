@@ -91,6 +91,10 @@ log = logging.getLogger(__name__)
 NAME = "control"
 HEALTHZ_PATH = "/healthz"
 HEALTHZ_TIMEOUT = 2.0
+UNREACHABLE_SPACING = 300.0
+"""While no server answers, the handshake is repeated at most this far apart (the doubled
+spacing stops here): a server back after a long outage is seen within 5 minutes, and a
+day-long outage costs at most 288 handshakes (about 64 kB of SYNs, re-sent twice)."""
 
 
 class _Metrics:
@@ -144,6 +148,11 @@ class ControlCheck:
         self._seen: tuple[float, str] | None = None
         self._spacing = self.control.api_spacing
         self._basis: tuple[str, str] = ("", "")
+        self._unreachable = ""
+        """The last handshake's failure ("" when it answered, or none is in doubt): it
+        stands between handshakes, so an old reading never speaks for a server that does
+        not answer (``heartbeat_stale`` there would let the ladder restart the agent
+        during a server outage)."""
         self._last_reason = ""
 
     # --- evidence -----------------------------------------------------------------------
@@ -269,7 +278,9 @@ class ControlCheck:
         confirming, which needs its second read."""
         basis = (reason, suspicion)
         if reason != "confirming" and (basis == self._basis or (reason == "ok" and suspicion)):
-            self._spacing = min(2 * self._spacing, self.control.api_interval)
+            cap = (min(UNREACHABLE_SPACING, self.control.api_interval)
+                   if reason == "server_unreachable" else self.control.api_interval)
+            self._spacing = max(self.control.api_spacing, min(2 * self._spacing, cap))
         else:
             self._spacing = self.control.api_spacing
         self._basis = basis
@@ -286,10 +297,14 @@ class ControlCheck:
         due = self._due(now, suspicion)
         if suspicion and due:
             direct = await self._direct()
+            self._unreachable = "" if direct == "ok" else direct
+        elif not suspicion:
+            self._unreachable = ""  # healthy connections: a server answers
         if due and direct in ("", "ok"):
             await self._resolve()
             self._reading = await self._read(now)
-        result = judge(local, direct, self._reading, suspicion=suspicion)
+        result = judge(local, direct or self._unreachable, self._reading,
+                       suspicion=suspicion)
         if due:
             self._space(result.reason, suspicion)
         self._last_reason = result.reason
