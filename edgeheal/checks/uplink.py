@@ -241,7 +241,8 @@ class UplinkCheck:
             by_index = {i.index: i for i in full}
             return tuple(dataclasses.replace(by_index[k.index], rx_packets=k.rx_packets,
                                              tx_packets=k.tx_packets) for k in fast)
-        interfaces = await ifstate.read(self.uplink.interfaces, netns=self.netns)
+        interfaces = await ifstate.read(self.uplink.interfaces, netns=self.netns,
+                                        names=tuple(k.name for k in fast) or None)
         self.dumps += 1
         same = [(i.name, i.index) for i in interfaces] == [(k.name, k.index) for k in fast]
         # sysfs of another namespace (names, indices differ) never vouches for this one
