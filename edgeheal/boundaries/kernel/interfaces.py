@@ -10,7 +10,7 @@ subprocess. :func:`reachable` is the check's optional second direct-path probe: 
 handshake over the host's own route (connection refused also proves the path works).
 
 :func:`links` is the cheap half: what sysfs (``/sys/class/net/<if>/``) says of each uplink
-interface — index, operational state, flags, carrier, carrier changes, packet counters —
+interface — index, operational state, flags, carrier, carrier changes, packet and byte counters —
 in a handful of tiny file reads, no socket and no pyroute2. :func:`read` asks rtnetlink for
 each of those interfaces alone (the link by name; its addresses and its main-table routes in
 strict dumps, which the kernel filters by index), never for every link, address and route of
@@ -87,6 +87,8 @@ class UplinkLink:
     """Every carrier loss and return since the device was created (a bounce adds 2)."""
     rx_packets: int
     tx_packets: int
+    rx_bytes: int = 0
+    tx_bytes: int = 0
 
 
 SYSFS = Path("/sys/class/net")
@@ -127,7 +129,9 @@ def links(patterns: tuple[str, ...], root: Path = SYSFS) -> tuple[UplinkLink, ..
             admin_up=bool(flags & 0x1), carrier=_text(d / "carrier") == "1",
             carrier_changes=_int(_text(d / "carrier_changes")),
             rx_packets=_int(_text(d / "statistics" / "rx_packets")),
-            tx_packets=_int(_text(d / "statistics" / "tx_packets"))))
+            tx_packets=_int(_text(d / "statistics" / "tx_packets")),
+            rx_bytes=_int(_text(d / "statistics" / "rx_bytes")),
+            tx_bytes=_int(_text(d / "statistics" / "tx_bytes"))))
     return tuple(sorted(out, key=lambda link: link.index))
 
 
