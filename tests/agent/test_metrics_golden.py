@@ -104,6 +104,10 @@ timeout = "1s"
 [pmtu]
 interface = "{edge.ifname}"
 wait = "1s"
+[uplink]
+interfaces = ["{edge.uplinks[1]}"]
+plan = "1GB"
+modem_manager = false
 [alerts]
 target = "direct"
 [remediation]
@@ -118,7 +122,8 @@ dry_run = true
 
         wanted = (r"edgeheal_alerts_published_total [1-9]", r'connect_seconds\{target="direct"',
                   r'watched="false"', r"handshake_age_seconds\{",
-                  r'runs_total\{check="tunnel",result="completed"\} [1-9]')
+                  r'runs_total\{check="tunnel",result="completed"\} [1-9]',
+                  r'edgeheal_uplink_bytes_total\{')
         seen = {"text": ""}
 
         def complete() -> str | None:
