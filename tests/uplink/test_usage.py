@@ -140,6 +140,25 @@ def test_without_a_plan_there_is_no_alert_and_no_plan_in_the_view(tmp_path: Path
     assert "plan_bytes" not in view
     assert not h.events
     assert view["today_bytes"] == 2 * 10**12
+    assert h.ctx.registry.get_sample_value(
+        "edgeheal_uplink_bytes_total", {"interface": "wwan0", "direction": "rx"}) == 2 * 10**12
+
+
+def test_edgeheals_own_bytes_are_a_counter_of_their_own(tmp_path: Path) -> None:
+    from edgeheal.boundaries.mqtt.transport import OwnBytes
+
+    meter, h = _meter(tmp_path, Clock(), plan=None)
+    meter.observe([("wwan0", 3, 0, 0)])
+
+    def own(direction: str) -> float | None:
+        return h.ctx.registry.get_sample_value("edgeheal_own_bytes_total",
+                                               {"direction": direction})
+
+    before = own("tx")
+    OwnBytes.tx += 340  # what a tunnel probe's sockets would count
+    view = meter.observe([("wwan0", 3, 0, 0)])
+    assert own("tx") == (before or 0) + 340
+    assert view["edgeheal_bytes"]["tx_bytes"] == OwnBytes.tx
 
 
 def test_a_damaged_ledger_is_moved_aside_and_counting_starts_afresh(tmp_path: Path) -> None:

@@ -259,6 +259,7 @@ class Meter:
         now = self.ctx.wall().timestamp()
         added = self.ledger.observe(readings, self._boot, now)
         self._metrics.count(added)
+        self._metrics.own()
         view = self.view(now)
         self._metrics.show(view)
         self._alerts(view)
@@ -277,7 +278,8 @@ class Meter:
                        "used_bytes": used},
             "interfaces": {n: {"rx_bytes": rx, "tx_bytes": tx}
                            for n, (rx, tx) in sorted(self.ledger.totals.items())},
-            "rate_24h_bytes_per_day": None if rate is None else round(rate * 86400)}
+            "rate_24h_bytes_per_day": None if rate is None else round(rate * 86400),
+            "edgeheal_bytes": _own()}
         left = dt.datetime.combine(end, dt.time(), dt.timezone.utc).timestamp() - now
         forecast = None if rate is None else used + rate * max(0.0, left)
         out["period"]["forecast_bytes"] = None if forecast is None else round(forecast)
@@ -331,9 +333,23 @@ class Meter:
         await self._writer.run(lambda: None)
 
 
+def _own() -> dict[str, int]:
+    """edgeheal's own MQTT bytes since the agent started (TCP payload; see ``OwnBytes``)."""
+    from edgeheal.boundaries.mqtt.transport import OwnBytes
+
+    return {"rx_bytes": OwnBytes.rx, "tx_bytes": OwnBytes.tx}
+
+
 class _Metrics:
     def __init__(self, registry: Any) -> None:
         from prometheus_client import Counter, Gauge
+
+        self.mine = Counter(
+            "edgeheal_own_bytes", "Bytes edgeheal's own MQTT connections sent and received "
+            "since the agent started (TCP payload: without IP/TCP headers or WireGuard "
+            "framing), for comparison with edgeheal_uplink_bytes_total", ["direction"],
+            registry=registry)
+        self._mine = {"rx_bytes": 0, "tx_bytes": 0}
 
         self.bytes = Counter(
             "edgeheal_uplink_bytes", "Bytes through the uplink interfaces (the kernel's "
@@ -356,6 +372,12 @@ class _Metrics:
         for name, (rx, tx) in added.items():
             self.bytes.labels(name, "rx").inc(rx)
             self.bytes.labels(name, "tx").inc(tx)
+
+    def own(self) -> None:
+        now = _own()
+        for key, direction in (("rx_bytes", "rx"), ("tx_bytes", "tx")):
+            self.mine.labels(direction).inc(max(0, now[key] - self._mine[key]))
+        self._mine = now
 
     def show(self, view: dict[str, Any]) -> None:
         self.period.set(view["period"]["used_bytes"])
