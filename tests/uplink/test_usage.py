@@ -49,6 +49,9 @@ def test_a_bad_plan_is_a_config_error_naming_the_key() -> None:
 
     with pytest.raises(ConfigError, match=r"uplink\.plan.*1 XB"):
         loads('[uplink]\ninterfaces = ["wwan0"]\nplan = "1 XB"\n')
+    for day in (0, 29, 31):
+        with pytest.raises(ConfigError, match=rf"uplink\.plan_start_day.*1 to 28.*got {day}"):
+            loads(f'[uplink]\ninterfaces = ["wwan0"]\nplan_start_day = {day}\n')
 
 
 @pytest.mark.parametrize(("today", "start_day", "expected"), [

@@ -338,6 +338,9 @@ def _validate(config: Config) -> None:
             parse_size(settings.plan)
         except ValueError as err:
             raise ConfigError("uplink.plan", str(err)) from None
+    if not 1 <= settings.plan_start_day <= 28:
+        raise ConfigError("uplink.plan_start_day", "expected a day of the month from 1 to 28 "
+                          f"(every month has it), got {settings.plan_start_day}")
     if settings.probe:
         try:
             split_hostport(settings.probe)
