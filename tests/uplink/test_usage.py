@@ -66,9 +66,14 @@ def test_the_billing_period(today: str, start_day: int, expected: tuple[str, str
 
 def test_the_ledger_adds_growth_and_restarts_from_zero_on_a_reset() -> None:
     ledger = Ledger()
-    # the first reading of a link counts what it counted since it was created
-    assert ledger.observe([("wwan0", 3, 1000, 500)], "boot-a", T0) == {"wwan0": (1000, 500)}
-    assert ledger.observe([("wwan0", 3, 1600, 700)], "boot-a", T0 + 10) == {
+    # a fresh ledger's first reading is a baseline (bytes from before the install are not
+    # today's); a link first seen later counts what it counted since it was created
+    assert ledger.observe([("wwan0", 3, 10**9, 500)], "boot-a", T0) == {"wwan0": (0, 0)}
+    assert ledger.observe([("wwan0", 3, 10**9 + 1000, 1000), ("wwan1", 4, 500, 0)],
+                          "boot-a", T0 + 5) == {"wwan0": (1000, 500), "wwan1": (500, 0)}
+    del ledger.totals["wwan1"], ledger.seen["wwan1"]
+    ledger.days = {d: {"wwan0": per["wwan0"]} for d, per in ledger.days.items()}
+    assert ledger.observe([("wwan0", 3, 10**9 + 1600, 1200)], "boot-a", T0 + 10) == {
         "wwan0": (600, 200)}
     # re-created (new ifindex), then a counter that went back, then a reboot: from zero
     assert ledger.observe([("wwan0", 9, 50, 40)], "boot-a", T0 + 20) == {"wwan0": (50, 40)}
@@ -137,9 +142,9 @@ async def test_the_forecast_and_the_plan_alerts_are_raised_once_a_period(
 def test_without_a_plan_there_is_no_alert_and_no_plan_in_the_view(tmp_path: Path) -> None:
     clock = Clock()
     meter, h = _meter(tmp_path, clock, plan=None)
-    meter.observe([("wwan0", 3, 10**12, 0)])
+    meter.observe([("wwan0", 3, 10**12, 0)])  # the baseline
     clock.advance(7200)
-    view = meter.observe([("wwan0", 3, 2 * 10**12, 0)])
+    view = meter.observe([("wwan0", 3, 3 * 10**12, 0)])
     assert "plan_bytes" not in view
     assert not h.events
     assert view["today_bytes"] == 2 * 10**12

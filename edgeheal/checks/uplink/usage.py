@@ -11,7 +11,9 @@ from ``IFLA_STATS64`` on a netlink read) and keeps them here.
 link in the same boot and the counter did not go back. Otherwise the counter started again
 from zero — the link was re-created (a USB modem re-enumerating: a new ifindex), its counters
 were reset, or the node rebooted — so the reading adds the counter itself.
-What can be lost: after a reboot, what passed between the last save and the shutdown (at
+The very first reading of a fresh ledger (a new install, or one that was moved aside) is a
+baseline: what passed before the agent counted is not charged to today. What can be lost:
+after a reboot, what passed between the last save and the shutdown (at
 most :data:`SAVE_EVERY`); after a re-creation between two runs, what the old link counted
 since the last run (at most the check's interval, 10 s).
 
@@ -127,10 +129,13 @@ class Ledger:
         added: dict[str, tuple[int, int]] = {}
         day = dt.datetime.fromtimestamp(now, dt.timezone.utc).date().isoformat()
         same_boot = boot_id == self.boot_id
+        fresh = not self.boot_id  # the very first reading: a new install, or afresh
         self.boot_id = boot_id
         for name, index, rx, tx in readings:
             last = self.seen.get(name)
-            if last is not None and same_boot and last.index == index and rx >= last.rx \
+            if last is None and fresh:  # a baseline: what passed before is not today's
+                d_rx, d_tx = 0, 0
+            elif last is not None and same_boot and last.index == index and rx >= last.rx \
                     and tx >= last.tx:
                 d_rx, d_tx = rx - last.rx, tx - last.tx
             else:  # new link, re-created, reset or rebooted: the counter began at zero
