@@ -125,6 +125,11 @@ async def test_the_forecast_and_the_plan_alerts_are_raised_once_a_period(
     assert view["period"]["runs_out_on"] is not None
     assert [e.kind for e in h.events] == [FORECAST]
     assert h.events[0].detail["runs_out_on"] == view["period"]["runs_out_on"]
+    # raised at the first hour: 10 MB used, and 240 MB a day passes the plan by the 7th
+    assert h.events[0].message == (
+        f"the uplink used 10 MB of its 1 GB plan (1 %); at the last 24 h's rate the period "
+        f"ends at {view['period']['forecast_bytes'] / 1e9:.3g} GB, past the plan on "
+        f"{view['period']['runs_out_on']}")
     meter.observe([("wwan0", 3, 3 * 10**7, 0)])
     assert [e.kind for e in h.events] == [FORECAST]  # once a period
     clock.advance(60)

@@ -87,6 +87,14 @@ def parse_size(text: str) -> int:
     return size
 
 
+def _size(n: float) -> str:
+    """Bytes for people: 3 significant digits in decimal units (the plans' units)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def period(today: dt.date, start_day: int) -> tuple[dt.date, dt.date]:
     """The billing period holding ``today``: [start, end)."""
     start = today.replace(day=start_day)
@@ -309,16 +317,19 @@ class Meter:
         detail = {"plan_bytes": self.plan, "used_bytes": used, "forecast_bytes": forecast,
                   "period_start": start, "period_end": p["end"],
                   "runs_out_on": p["runs_out_on"]}
-        plan_mb = f"{self.plan / 1e6:g} MB"
+        plan, pct = _size(self.plan), f"{p['used_percent']:g} %"
         if used >= self.plan * self.exceeded / 100:
-            self._raise(EXCEEDED, start, f"the uplink used {used / 1e6:.1f} MB of its "
-                        f"{plan_mb} plan this period ({p['used_percent']:g} %)", detail)
+            self._raise(EXCEEDED, start, f"the uplink used {_size(used)} of its {plan} plan "
+                        f"this period ({pct})", detail)
         if used >= self.plan * self.warn / 100 or (forecast is not None
                                                     and forecast > self.plan):
-            when = f", runs out on {p['runs_out_on']}" if p["runs_out_on"] else ""
-            self._raise(FORECAST, start, f"the uplink used {used / 1e6:.1f} MB of its "
-                        f"{plan_mb} plan ({p['used_percent']:g} %); at the last 24 h's rate "
-                        f"the period ends at {(forecast or used) / 1e6:.1f} MB{when}", detail)
+            if forecast is None:
+                outlook = "under an hour of history: no forecast yet"
+            else:
+                outlook = f"at the last 24 h's rate the period ends at {_size(forecast)}" + (
+                    f", past the plan on {p['runs_out_on']}" if p["runs_out_on"] else "")
+            self._raise(FORECAST, start, f"the uplink used {_size(used)} of its {plan} plan "
+                        f"({pct}); {outlook}", detail)
 
     def _raise(self, kind: str, start: str, message: str, detail: dict[str, Any]) -> None:
         if self.ledger.raised.get(kind) == start:
