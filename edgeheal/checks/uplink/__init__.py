@@ -50,11 +50,13 @@ verdicts that need the modem — ``stuck``, ``no_coverage``, ``silent`` — are 
 through silence or a missing address. ``no_coverage`` therefore shows up to ``window``
 after the cell is lost when the address survives it.
 
-Cost: a netlink dump returns every link, address and route of the host (on a K3s node a
-veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it was most
-of the check's CPU and warmed the allocator by 1-1.4 MB. So each run reads sysfs first
+Cost: a netlink read was a dump of every link, address and route of the host (on a K3s
+node a veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it
+was most of the check's CPU and warmed the allocator by 1-1.4 MB. Now it asks for the
+uplink interfaces alone (by the names sysfs listed; their addresses and main-table routes
+in strict dumps the kernel filters by index), and each run reads sysfs first
 (``/sys/class/net/<if>/``: index, operstate, flags, carrier, carrier_changes, rx/tx
-packets; a few tiny file reads) and reuses the addresses and default routes of the last
+packets and bytes; a few tiny file reads) and reuses the addresses and default routes of the last
 netlink read while the uplink is *plainly fine*: the same interfaces (names and indices)
 in the same link state with no carrier change since that read, rx grown since the last
 run, the second probe (if any) answered, and that read found an interface up with an
