@@ -1,6 +1,6 @@
 """The steady-state cost of the ``uplink`` check: the same world, the feature on and off.
 
-    python bench/uplink_cost.py --out FILE.json [--quick] [--clutter N]   (root)
+    python bench/uplink_cost.py --out FILE.json [--quick] [--clutter N] [--window S]  (root)
 
 Why a comparison in one run: the agent's idle CPU and RSS move with the machine's load and
 with the Python heap's history, so a figure "with the uplink on" measured today against one
@@ -59,8 +59,9 @@ def stats(samples: list[dict[str, float]]) -> dict[str, Any]:
             "rss_growth_mb": last["rss_mb"] - first["rss_mb"]}
 
 
-async def measure(workdir: Path, quick: bool, pairs: int) -> dict[str, Any]:
-    window = 60.0 if quick else 600.0
+async def measure(workdir: Path, quick: bool, pairs: int,
+                  window: float | None = None) -> dict[str, Any]:
+    window = window or (60.0 if quick else 600.0)
     on, off = "edge-0", "edge-1"
     world = BenchWorld(workdir, edges=2, agent=True, offload_on_at_boot=False, defaults=True,
                        modem=True, uplink_off=frozenset({off}))
@@ -114,9 +115,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--clutter", type=int, default=24, help="veth pairs per edge")
+    parser.add_argument("--window", type=float, help="seconds sampled (default 600, "
+                        "60 with --quick; 3600: the hour the footprint budget asks for)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)  # unwinds through world.close()
-    return labkit.run_bench("uplink-cost", lambda w: measure(w, args.quick, args.clutter), args.out)
+    return labkit.run_bench("uplink-cost", lambda w: measure(
+        w, args.quick, args.clutter, args.window), args.out)
 
 
 if __name__ == "__main__":

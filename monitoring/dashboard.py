@@ -49,6 +49,11 @@ FLEET: list[tuple[str, str, int, list[Query], str]] = [
     ("Flannel restarts in the last hour", "timeseries", 12,
      [("sum by (instance) (instance:edgeheal_flannel_restarts:increase1h) > 0",
        "{{instance}}")], "none"),
+    ("Uplink data plan: the nodes nearest their plan (% used, forecast)", "bargauge", 24,
+     [("topk(10, 100 * edgeheal_uplink_period_bytes / (edgeheal_uplink_plan_bytes > 0))",
+       "{{instance}} used"),
+      ("topk(10, 100 * edgeheal_uplink_period_forecast_bytes"
+       " / (edgeheal_uplink_plan_bytes > 0))", "{{instance}} forecast")], "percent"),
 ]
 
 NODE: list[tuple[str, str, int, list[Query], str]] = [
@@ -68,6 +73,13 @@ NODE: list[tuple[str, str, int, list[Query], str]] = [
        "[$__rate_interval])", "rx {{peer}}"),
       (f'rate(edgeheal_wireguard_transmit_bytes_total{{{N}, watched="true"}}'
        "[$__rate_interval])", "tx {{peer}}")], "Bps"),
+    ("Uplink traffic", "timeseries", 12,
+     [(f"sum by (interface, direction) (rate(edgeheal_uplink_bytes_total{{{N}}}"
+       "[$__rate_interval]))", "{{interface}} {{direction}}")], "Bps"),
+    ("Uplink data this billing period", "timeseries", 12,
+     [(f"edgeheal_uplink_period_bytes{{{N}}}", "used"),
+      (f"edgeheal_uplink_period_forecast_bytes{{{N}}}", "forecast at the 24 h rate"),
+      (f"edgeheal_uplink_plan_bytes{{{N}}} > 0", "plan")], "decbytes"),
     # the probes
     ("MQTT targets up", "state-timeline", 12,
      [(f"edgeheal_mqtt_up{{{N}}}", "{{target}} ({{path}})")], "bool"),

@@ -54,6 +54,7 @@ from edgeheal import checks as registry
 from edgeheal.agent.cadence import Cadence, in_doubt, next_due
 from edgeheal.agent.tasks import (
     IGNORED_SIGNALS,
+    allocations,
     ignore_signal,
     release_startup_memory,
     spawn,
@@ -104,6 +105,7 @@ class Agent:
         self.registry = CollectorRegistry(auto_describe=True)
         self.metrics = AgentMetrics(self.registry)
         self.control = ControlServer(config.agent.state_dir)
+        self.control.register("debug.allocations", allocations())
         self.started_mono = clock()
         self.stop_event = asyncio.Event()
         self.last_tick = self.started_mono

@@ -131,6 +131,13 @@ def runs_agent(argv: list[str]) -> bool:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from edgeheal.agent.tasks import trace_allocations
+
+    try:
+        trace_allocations(os.environ)  # before the agent's imports, so they are traced
+    except ValueError as err:
+        log.error("%s", err)
+        return ExitCode.USAGE
     config = load(args.config)
     from edgeheal.agent.supervisor import run_forever
     from edgeheal.base import log as logsetup

@@ -199,6 +199,21 @@ class UplinkSettings(CheckSettings):
         True, "Listen to rtnetlink link and default-route events (one idle socket, no "
         "polling) and run the check at once when one of the uplinks moves: a failover "
         "is seen within a second, not at the next `interval`.")
+    plan: str = setting(
+        "", "The uplink's data plan per billing period, e.g. `\"1GB\"`, `\"500MB\"` "
+        "(decimal kB, MB, GB, TB; or KiB, MiB, GiB, TiB). The uplink interfaces' rx + tx bytes "
+        "are counted either way (kept in the state directory across restarts, reboots and "
+        "counter resets: `detail.data` in `/status`, `edgeheal_uplink_bytes_total`); with a "
+        "plan, `uplink.plan_forecast` and `uplink.plan_exceeded` are raised. Empty: no plan.")
+    plan_start_day: int = setting(
+        1, "Day of the month (UTC) the billing period starts on, 1 to 28.", bounds=(1.0, 28.0))
+    plan_warn: float = setting(
+        80.0, "Percent of `plan`: `uplink.plan_forecast` once the period's usage reaches it, "
+        "or once the last 24 h's rate would use up the plan before the period ends.",
+        bounds=(1.0, 100.0))
+    plan_exceeded: float = setting(
+        100.0, "Percent of `plan` at which `uplink.plan_exceeded` is raised (once a period).",
+        bounds=(1.0, 1000.0))
     interval: float | None = setting(
         10.0, "Cadence: reads kernel state and, with ModemManager, a handful of D-Bus "
         "properties; the probe is one TCP handshake.", duration=True, bounds=(0.1, 86400.0))

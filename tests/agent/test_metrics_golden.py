@@ -112,6 +112,7 @@ wait = "1s"
 servers = ["127.0.0.1:{broker.port}"]
 [uplink]
 interfaces = ["{edge.uplinks[1]}", "{edge.uplinks[2]}"]
+plan = "1GB"
 modem_manager = false
 costs = [{{interface = "{edge.uplinks[2]}", cost = 200}}]
 [alerts]
@@ -129,7 +130,7 @@ dry_run = true
         wanted = (r"edgeheal_alerts_published_total [1-9]", r'connect_seconds\{target="direct"',
                   r'watched="false"', r"handshake_age_seconds\{",
                   r'runs_total\{check="tunnel",result="completed"\} [1-9]',
-                  r"edgeheal_uplink_active_cost\{")
+                  r"edgeheal_uplink_active_cost\{", r'edgeheal_uplink_bytes_total\{')
         seen = {"text": ""}
 
         def complete() -> str | None:

@@ -10,11 +10,13 @@ subprocess. :func:`reachable` is the check's optional second direct-path probe: 
 handshake over the host's own route (connection refused also proves the path works).
 
 :func:`links` is the cheap half: what sysfs (``/sys/class/net/<if>/``) says of each uplink
-interface — index, operational state, flags, carrier, carrier changes, packet counters —
-in a handful of tiny file reads, no socket and no pyroute2. A netlink dump returns every
-link, address and route of the host (on a K3s node a veth per pod and the CNI's routes) and
-is parsed into pyroute2 objects; the check runs every 10 s while the uplink carries
-traffic, so it reads sysfs then and dumps only when something moved (see the check).
+interface — index, operational state, flags, carrier, carrier changes, packet and byte counters —
+in a handful of tiny file reads, no socket and no pyroute2. :func:`read` asks rtnetlink for
+each of those interfaces alone (the link by name; its addresses and its main-table routes in
+strict dumps, which the kernel filters by index), never for every link, address and route of
+the host: on a K3s node that is a veth per pod and the CNI's routes, all parsed into pyroute2
+objects, and the agent's heap grew with them. The check still reads sysfs every 10 s and
+netlink only when something moved (see the check).
 sysfs shows the network namespace it was *mounted* in, not the caller's: ``ip netns exec``
 remounts it, so an agent started that way (systemd on the host, the lab's edges) sees its
 own interfaces; a caller that only switched a thread's namespace must pass ``root``.
@@ -66,6 +68,8 @@ class Interface:
     """The lowest metric (``RTA_PRIORITY``) of a default route through this interface (None:
     none). Of several default routes the kernel uses the lowest metric's: that is the
     active uplink (:mod:`edgeheal.checks.uplink_failover`)."""
+    rx_bytes: int = 0
+    tx_bytes: int = 0
 
     @property
     def carries(self) -> bool:
@@ -87,6 +91,8 @@ class UplinkLink:
     """Every carrier loss and return since the device was created (a bounce adds 2)."""
     rx_packets: int
     tx_packets: int
+    rx_bytes: int = 0
+    tx_bytes: int = 0
 
 
 SYSFS = Path("/sys/class/net")
@@ -127,7 +133,9 @@ def links(patterns: tuple[str, ...], root: Path = SYSFS) -> tuple[UplinkLink, ..
             admin_up=bool(flags & 0x1), carrier=_text(d / "carrier") == "1",
             carrier_changes=_int(_text(d / "carrier_changes")),
             rx_packets=_int(_text(d / "statistics" / "rx_packets")),
-            tx_packets=_int(_text(d / "statistics" / "tx_packets"))))
+            tx_packets=_int(_text(d / "statistics" / "tx_packets")),
+            rx_bytes=_int(_text(d / "statistics" / "rx_bytes")),
+            tx_bytes=_int(_text(d / "statistics" / "tx_bytes"))))
     return tuple(sorted(out, key=lambda link: link.index))
 
 
@@ -142,40 +150,76 @@ def _socket(netns: str | None) -> Any:
     _pyroute2.light()
     from pyroute2.iproute.linux import AsyncIPRoute  # heavy, lazy
 
-    return AsyncIPRoute(**({"netns": netns, "flags": 0} if netns else {}))
+    # strict_check: the kernel filters a dump by the request (one link's addresses, the
+    # main table's routes through one link) instead of sending the whole host's
+    return AsyncIPRoute(strict_check=True,
+                        **({"netns": netns, "flags": 0} if netns else {}))
+
+
+def _keep(msg: Any) -> Any:
+    """A dump filter that keeps every message: with it, pyroute2 sends the query's fields
+    in the request's header, for the kernel to filter (strict check)."""
+    return msg
+
+
+async def _chosen(ipr: Any, patterns: tuple[str, ...], names: tuple[str, ...] | None,
+                  ) -> dict[int, Any]:
+    """ifindex -> link message of the uplink interfaces: each of ``names`` asked for by
+    name; a dump of every link only without names, or when none of them exists here."""
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    chosen: dict[int, Any] = {}
+    for name in names or ():
+        try:
+            answer = list(await ipr.link("get", ifname=name))
+        except NetlinkError as err:
+            if err.code != errno.ENODEV:
+                raise
+            continue  # gone since sysfs listed it
+        for msg in answer:
+            chosen[int(msg["index"])] = msg
+    if chosen:
+        return chosen
+    return {int(m["index"]): m async for m in await ipr.link("dump")
+            if matches(str(_attr(m, "IFLA_IFNAME") or ""), patterns)}
 
 
 async def read(patterns: tuple[str, ...], *, netns: str | None = None,
-               ) -> tuple[Interface, ...]:
-    """Every interface matching ``patterns`` (names or globs), in index order."""
+               names: tuple[str, ...] | None = None) -> tuple[Interface, ...]:
+    """Every interface matching ``patterns`` (names or globs), in index order.
+
+    ``names``: the matching interfaces' names as sysfs listed them (:func:`links`); each is
+    then asked for alone, and so are its addresses and its routes in the main table, so a
+    read costs the same on a node with hundreds of pod veths as on a bare one. Without
+    ``names`` (another namespace), or when none of them exists, every link is listed."""
     if not patterns:
         return ()
     ipr = None
     try:
         ipr = _socket(netns)
-        links = [m async for m in await ipr.link("dump")]
-        chosen = {int(m["index"]): m for m in links
-                  if matches(str(_attr(m, "IFLA_IFNAME") or ""), patterns)}
+        chosen = await _chosen(ipr, patterns, names)
         if not chosen:
             return ()
         addrs: dict[int, list[str]] = {i: [] for i in chosen}
-        async for msg in await ipr.addr("dump"):
-            index = int(msg["index"])
-            if index in addrs and msg.get("scope", 0) == 0:  # RT_SCOPE_UNIVERSE
-                addr = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
-                if addr:
-                    addrs[index].append(str(addr))
         defaults: dict[int, int] = {}
-        for family in (2, 10):  # AF_INET, AF_INET6
-            async for msg in await ipr.route("dump", family=family):
-                if msg.get("dst_len", 1) == 0 and msg.get("table") in (254, None) \
-                        and msg.get("type", 1) == 1:
-                    metric = int(_attr(msg, "RTA_PRIORITY") or 0)
-                    oifs = [_attr(msg, "RTA_OIF")] + [
-                        hop.get("oif") for hop in _attr(msg, "RTA_MULTIPATH") or ()]
-                    for oif in oifs:
-                        if oif is not None and int(oif) >= 0:
-                            defaults[int(oif)] = min(metric, defaults.get(int(oif), metric))
+        for index in chosen:
+            async for msg in await ipr.addr("dump", index=index, dump_filter=_keep):
+                if int(msg["index"]) == index and msg.get("scope", 0) == 0:  # UNIVERSE
+                    addr = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
+                    if addr:
+                        addrs[index].append(str(addr))
+            for family in (2, 10):  # AF_INET, AF_INET6
+                async for msg in await ipr.route("dump", family=family, table=254,
+                                                 oif=index, dump_filter=_keep):
+                    if msg.get("dst_len", 1) == 0 and msg.get("table") in (254, None) \
+                            and msg.get("type", 1) == 1:
+                        metric = int(_attr(msg, "RTA_PRIORITY") or 0)
+                        oifs = [_attr(msg, "RTA_OIF")] + [
+                            hop.get("oif") for hop in _attr(msg, "RTA_MULTIPATH") or ()]
+                        for oif in oifs:
+                            if oif is not None and int(oif) >= 0:
+                                defaults[int(oif)] = min(metric,
+                                                         defaults.get(int(oif), metric))
     except IfStateError:
         raise
     except Exception as err:
@@ -196,7 +240,9 @@ async def read(patterns: tuple[str, ...], *, netns: str | None = None,
             addresses=tuple(addrs[index]), default_route=index in defaults,
             rx_packets=int(stats.get("rx_packets", 0) if stats else 0),
             tx_packets=int(stats.get("tx_packets", 0) if stats else 0),
-            route_metric=defaults.get(index)))
+            route_metric=defaults.get(index),
+            rx_bytes=int(stats.get("rx_bytes", 0) if stats else 0),
+            tx_bytes=int(stats.get("tx_bytes", 0) if stats else 0)))
     return tuple(out)
 
 
@@ -205,8 +251,14 @@ async def set_up(name: str, up: bool, *, netns: str | None = None) -> None:
     ipr = None
     try:
         ipr = _socket(netns)
-        index = [int(m["index"]) async for m in await ipr.link("dump")
-                 if _attr(m, "IFLA_IFNAME") == name]
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        try:  # one link by name, not a dump of every link
+            index = [int(m["index"]) for m in await ipr.link("get", ifname=name)]
+        except NetlinkError as err:
+            if err.code != errno.ENODEV:
+                raise
+            index = []
         if not index:
             raise IfStateError(f"no interface {name}")
         await ipr.link("set", index=index[0], state="up" if up else "down")

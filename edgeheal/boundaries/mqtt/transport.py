@@ -337,6 +337,16 @@ class Framer:
         self._state = "header"
 
 
+class OwnBytes:
+    """Bytes every MQTT socket of this process sent and received since it started (what
+    :class:`Tap` counts: TCP payload, so TLS records and MQTT packets, without the IP and
+    TCP headers or WireGuard's framing). The ``uplink`` check's data accounting exports it
+    beside the uplink's own counters, so an operator sees what the agent costs."""
+
+    rx = 0
+    tx = 0
+
+
 class Tap:
     """The socket as paho sees it: follows the packets (:class:`Framer`), bounds every read
     and counts bytes both ways. A :class:`FramingError` leaves ``recv`` before paho sees
@@ -360,12 +370,14 @@ class Tap:
         if not data and bufsize > 0:
             self.eof = True
         self.rx += len(data)
+        OwnBytes.rx += len(data)
         self.framer.feed(data)
         return data
 
     def send(self, buf: bytes | bytearray) -> int:
         sent = self.sock.send(buf)
         self.tx += sent
+        OwnBytes.tx += sent
         return sent
 
     def close(self) -> None:

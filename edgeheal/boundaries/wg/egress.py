@@ -24,14 +24,19 @@ cause           meaning
 ``unknown``     the kernel could not be asked (the error is in the detail)
 ==============  ==========================================================================
 
-Cost: nothing in the healthy steady state. :meth:`Egress.learn` asks for one route per
-(peer, endpoint) when the check first sees it (again every 10 s while that found no
-source), to remember the source address the kernel picks (the evidence for
-``no_address`` once the address and the routes through it are gone);
-:meth:`Egress.diagnose` runs only for a peer that is already ``send_failing``. The
-pyroute2 module is the one the offload enforcer's link listener already imports
-(:mod:`edgeheal.boundaries.kernel.link_events`), so with the enforcer on it adds no memory. No
-subprocess.
+Cost: :meth:`Egress.learn` asks for one route per (peer, endpoint) when the check first
+sees it (again every 10 s while that found no source), to remember the source address the
+kernel picks (the evidence for ``no_address`` once the address and the routes through it are
+gone). :meth:`Egress.diagnose` runs for a peer that is ``send_failing``, and once per quiet
+spell of a busy tunnel (``quiet_after_data``: at the shipped defaults after every tunnel
+probe, so about once a minute); it asks for the route, then for that one link and its
+addresses (a strict dump, which the kernel filters by index), so its cost does not grow with
+the node's links: a dump of every link and address there (a veth per pod on a K3s node) grew
+every agent by ~1 MB a minute to 63-66 MB with 48 extra links (docs/footprint.md). Only a
+missing route lists the family's addresses, to find the link that held the learned source.
+The pyroute2 module is the one the offload enforcer's link listener already imports
+(:mod:`edgeheal.boundaries.kernel.link_events`), so with the enforcer on it adds no memory.
+No subprocess.
 
 ``netns`` (lab and tests only) asks a named network namespace instead of the agent's own.
 """
@@ -93,7 +98,10 @@ class Egress:
         _pyroute2.light()
         from pyroute2.iproute.linux import AsyncIPRoute  # heavy, lazy
 
-        return AsyncIPRoute(**({"netns": self.netns, "flags": 0} if self.netns else {}))
+        # strict_check: the kernel filters a dump by the request's header (one link's
+        # addresses), instead of sending every address for pyroute2 to parse and drop
+        return AsyncIPRoute(strict_check=True,
+                            **({"netns": self.netns, "flags": 0} if self.netns else {}))
 
     async def _route(self, ipr: Any, address: IPAddress) -> Route:
         from pyroute2.netlink.exceptions import NetlinkError
@@ -143,20 +151,34 @@ class Egress:
             if ipr is not None:
                 ipr.close()
 
-    async def _links(self, ipr: Any) -> dict[int, tuple[str, str]]:
-        """ifindex -> (name, operstate)."""
-        links = {}
-        async for msg in await ipr.link("dump"):
-            links[int(msg["index"])] = (str(_attr(msg, "IFLA_IFNAME") or msg["index"]),
-                                        str(_attr(msg, "IFLA_OPERSTATE") or "UNKNOWN"))
-        return links
+    async def _link(self, ipr: Any, index: int | None) -> tuple[str, str] | None:
+        """(name, operstate) of one link, asked for by index (None: no such link)."""
+        from pyroute2.netlink.exceptions import NetlinkError
 
-    async def _addresses(self, ipr: Any, family: int) -> list[tuple[int, str]]:
-        """(ifindex, address) of every address of ``family``."""
+        if index is None:
+            return None
+        try:
+            answer = list(await ipr.link("get", index=index))
+        except NetlinkError:  # ENODEV: gone since the route was read
+            return None
+        if not answer:
+            return None
+        msg = answer[0]
+        return (str(_attr(msg, "IFLA_IFNAME") or index),
+                str(_attr(msg, "IFLA_OPERSTATE") or "UNKNOWN"))
+
+    async def _addresses(self, ipr: Any, family: int, index: int | None = None,
+                         ) -> list[tuple[int, str]]:
+        """(ifindex, address) of every address of ``family`` (of link ``index`` only, when
+        given: the kernel filters a strict dump by the header's index, so one link's
+        addresses are all that crosses the socket and gets parsed)."""
+        query: dict[str, Any] = {"family": family}
+        if index is not None:
+            query.update(index=index, dump_filter=lambda msg: msg)
         found = []
-        async for msg in await ipr.addr("dump", family=family):
+        async for msg in await ipr.addr("dump", **query):
             addr = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
-            if addr:
+            if addr and (index is None or int(msg["index"]) == index):
                 found.append((int(msg["index"]), str(addr)))
         return found
 
@@ -166,8 +188,19 @@ class Egress:
 
         family = socket.AF_INET if endpoint.version == 4 else socket.AF_INET6
         route = await self._route(ipr, endpoint)
-        links = await self._links(ipr)
-        addresses = await self._addresses(ipr, family)
+        # One link and its addresses, never a dump of every link: on a K3s node (a veth
+        # per pod) a full dump here, once a minute after every probe's quiet, grew the
+        # agent by ~1 MB a step (docs/footprint.md). Only a missing route needs every
+        # address of the family, to find the link that held the learned source.
+        if route.error:
+            addresses = await self._addresses(ipr, family)
+        elif route.ifindex is not None:
+            addresses = await self._addresses(ipr, family, route.ifindex)
+        else:  # a route without an output link: nothing to ask about
+            addresses = []
+        holder = next((i for i, a in addresses if a == source), None) if route.error \
+            else route.ifindex
+        links = {holder: found} if (found := await self._link(ipr, holder)) else {}
         detail: dict[str, Any] = {
             "endpoint": str(endpoint), "learned_source": source,
             "route": None if route.error else {
@@ -176,7 +209,6 @@ class Egress:
         }
         if route.error:
             detail["route_error"] = route.error
-            holder = next((i for i, a in addresses if a == source), None)
             if source is not None and holder is None:
                 return Diagnosis("no_address", f"no route to {endpoint} and the source "
                                  f"address {source} is gone from every link", detail)

@@ -50,11 +50,13 @@ verdicts that need the modem — ``stuck``, ``no_coverage``, ``silent`` — are 
 through silence or a missing address. ``no_coverage`` therefore shows up to ``window``
 after the cell is lost when the address survives it.
 
-Cost: a netlink dump returns every link, address and route of the host (on a K3s node a
-veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it was most
-of the check's CPU and warmed the allocator by 1-1.4 MB. So each run reads sysfs first
+Cost: a netlink read was a dump of every link, address and route of the host (on a K3s
+node a veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it
+was most of the check's CPU and warmed the allocator by 1-1.4 MB. Now it asks for the
+uplink interfaces alone (by the names sysfs listed; their addresses and main-table routes
+in strict dumps the kernel filters by index), and each run reads sysfs first
 (``/sys/class/net/<if>/``: index, operstate, flags, carrier, carrier_changes, rx/tx
-packets; a few tiny file reads) and reuses the addresses and default routes of the last
+packets and bytes; a few tiny file reads) and reuses the addresses and default routes of the last
 netlink read while the uplink is *plainly fine*: the same interfaces (names and indices)
 in the same link state with no carrier change since that read, rx grown since the last
 run, the second probe (if any) answered, and that read found an interface up with an
@@ -70,6 +72,12 @@ a switch asks the tunnel check to run at once, which re-learns the WireGuard sou
 address. Its ``serve`` task listens to rtnetlink link and default-route events
 (:mod:`edgeheal.boundaries.kernel.route_events`, ``[uplink] events``) and runs the check
 at once, with a fresh netlink read, when one touches an uplink: no polling.
+
+Data: every run also counts the interfaces' rx/tx bytes into the ledger of
+:mod:`edgeheal.checks.uplink.usage` (per UTC day and billing period, durable across restarts,
+reboots and counter resets; ``detail.data``, ``edgeheal_uplink_bytes_total``, and the
+``uplink.plan_forecast``/``uplink.plan_exceeded`` events with ``[uplink] plan``). Cost: two
+more sysfs reads per interface a run, and 4 small writes an hour.
 
 Off unless configured: with ``[uplink] interfaces`` empty the check is not created. The
 modem's bearer properties (they hold the APN password) are never put in ``detail``.
@@ -237,6 +245,12 @@ class UplinkCheck:
         """Netlink reads so far (tests and benchmarks count them)."""
         self.failover = Failover(settings.costs)
         """The active uplink and its switches (:mod:`edgeheal.checks.uplink_failover`)."""
+        from edgeheal.checks.uplink.usage import Meter, parse_size
+
+        self.meter = Meter(ctx, plan=parse_size(settings.plan) if settings.plan else None,
+                           start_day=settings.plan_start_day, warn=settings.plan_warn,
+                           exceeded=settings.plan_exceeded)
+        """The data accounting (:mod:`edgeheal.checks.uplink.usage`): ``detail.data``."""
 
     async def _interfaces(self, now: float) -> tuple[Interface, ...]:
         """The uplink interfaces: from sysfs plus the last netlink read's addresses and
@@ -257,8 +271,10 @@ class UplinkCheck:
                 and any(i.carries and i.addresses and i.default_route for i in full)):
             by_index = {i.index: i for i in full}
             return tuple(dataclasses.replace(by_index[k.index], rx_packets=k.rx_packets,
-                                             tx_packets=k.tx_packets) for k in fast)
-        interfaces = await ifstate.read(self.uplink.interfaces, netns=self.netns)
+                                             tx_packets=k.tx_packets, rx_bytes=k.rx_bytes,
+                                             tx_bytes=k.tx_bytes) for k in fast)
+        interfaces = await ifstate.read(self.uplink.interfaces, netns=self.netns,
+                                        names=tuple(k.name for k in fast) or None)
         self.dumps += 1
         same = [(i.name, i.index) for i in interfaces] == [(k.name, k.index) for k in fast]
         # sysfs of another namespace (names, indices differ) never vouches for this one
@@ -270,6 +286,8 @@ class UplinkCheck:
 
         now = self.ctx.clock()
         interfaces = await self._interfaces(now)
+        data = self.meter.observe((i.name, i.index, i.rx_bytes, i.tx_bytes)
+                                  for i in interfaces)
         rx = sum(i.rx_packets for i in interfaces)
         if self.uplink.probe:
             from edgeheal.config import split_hostport
@@ -294,7 +312,7 @@ class UplinkCheck:
         self._explained = result.reason in NOT_SILENCE
         if self._explained:  # the modem is asked again next run: is it still so?
             self._passed = now
-        return result
+        return dataclasses.replace(result, detail={**result.detail, "data": data})
 
     def _follow(self, interfaces: tuple[Interface, ...], now: float,
                 result: CheckResult) -> CheckResult:
@@ -359,6 +377,7 @@ class UplinkCheck:
         return modem, ""
 
     async def close(self) -> None:
+        self.meter.flush()  # the writer thread finishes it before the process exits
         if self._mm is not None:
             await self._mm.close()
 
@@ -381,6 +400,16 @@ def _validate(config: Config) -> None:
     from edgeheal.config import ConfigError, split_hostport
 
     settings = config.uplink
+    if settings.plan:
+        from edgeheal.checks.uplink.usage import parse_size
+
+        try:
+            parse_size(settings.plan)
+        except ValueError as err:
+            raise ConfigError("uplink.plan", str(err)) from None
+    if not 1 <= settings.plan_start_day <= 28:
+        raise ConfigError("uplink.plan_start_day", "expected a day of the month from 1 to 28 "
+                          f"(every month has it), got {settings.plan_start_day}")
     if settings.probe:
         try:
             split_hostport(settings.probe)
@@ -434,6 +463,13 @@ KINDS: dict[str, Kind] = {
         "warning", "The default route moved to another uplink interface; `detail` names "
         "`from`, `to`, their costs and the `cause` (`carrier_lost`, `route_withdrawn`, "
         "`address_lost`, `operator`, `link_gone`, `preferred`: the fail-back)."),
+    "uplink.plan_forecast": Kind(
+        "warning", "The billing period's data usage reached `[uplink] plan_warn` percent of "
+        "`plan`, or at the last 24 h's rate it will pass the plan before the period ends "
+        "(`detail`: used, forecast, `runs_out_on`). Once a period."),
+    "uplink.plan_exceeded": Kind(
+        "critical", "The billing period's data usage reached `[uplink] plan_exceeded` percent "
+        "of `plan`. Once a period."),
 }
 
 register(Registration(NAME, _build, names=_names, doc=__doc__ or "", kinds=KINDS,
