@@ -27,8 +27,9 @@ fine. Reasons (first match wins):
 =======================  =========  ===========================================================
 reason                   state      meaning
 =======================  =========  ===========================================================
-``modem_absent``         failed     the modem seen on the uplink is gone from ModemManager (or
-                                    ModemManager does not answer) for ``modem_absent_after``
+``modem_absent``         failed     the uplink's modem (seen, or its interface unplugged) is
+                                    gone from ModemManager (or ModemManager does not answer)
+                                    for ``modem_absent_after``
 ``modem_failed``         failed     ModemManager says the modem is ``failed`` for a reason no
                                     SIM change explains (``unknown``, ``unknown-capabilities``)
 ``registration_denied``  failed     the network refuses to register the modem (3GPP
@@ -63,9 +64,13 @@ survives it.
 The modem's own failures come first, before the link's: a modem that vanished, failed or
 was refused by the network usually takes its interface down with it, and ``link_down``
 (which the ladder leaves to the modem's manager) would hide what can be acted on.
-``modem_absent`` needs a modem *seen* on the uplink since the agent started: a node whose
-uplink has no modem at all is not one that lost it (and an agent restarted after the loss
-sees ``link_down`` until the modem returns: the limit of not persisting it).
+``modem_absent`` needs evidence that the uplink is a modem: one seen on it since the agent
+started, or an uplink interface that was unplugged (gone from the kernel, or back with a
+new index: a USB device re-enumerating; a NIC whose cable is pulled stays, down). A node
+whose uplink has no modem at all is not one that lost it. The modem is asked only when
+the uplink is in trouble, so a modem that vanishes *without* taking its interface away,
+on an agent that never saw it, reads ``link_down`` (or ``no_address``) until it returns:
+the price of asking ModemManager nothing while the uplink is fine.
 
 Cost: a netlink dump returns every link, address and route of the host (on a K3s node a
 veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it was most
@@ -291,7 +296,11 @@ class UplinkCheck:
         self.dumps = 0
         """Netlink reads so far (tests and benchmarks count them)."""
         self._modem_seen = False
-        """A modem was seen on the uplink since the start (``modem_absent`` needs one)."""
+        """A modem was seen on the uplink since the start, or an uplink interface was
+        unplugged (gone from the kernel, or back with a new index): ``modem_absent`` needs
+        one of the two."""
+        self._indices: dict[str, int] = {}
+        """The uplink interfaces' indices as last read (a change is a re-enumeration)."""
         self._absent_since: float | None = None
         """Since when that modem has been missing (monotonic), or None."""
 
@@ -327,6 +336,10 @@ class UplinkCheck:
 
         now = self.ctx.clock()
         interfaces = await self._interfaces(now)
+        indices = {i.name: i.index for i in interfaces}
+        if any(indices.get(name) != index for name, index in self._indices.items()):
+            self._modem_seen = True  # unplugged or re-enumerated: a modem, not a NIC
+        self._indices = indices
         rx = sum(i.rx_packets for i in interfaces)
         if self.uplink.probe:
             from edgeheal.config import split_hostport

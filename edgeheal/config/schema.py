@@ -178,8 +178,9 @@ class UplinkSettings(CheckSettings):
         "", "D-Bus address of ModemManager's bus. Empty: the system bus (lab and tests "
         "set a private one).")
     modem_absent_after: float = setting(
-        120.0, "A modem seen on the uplink since the agent started and then missing from "
-        "ModemManager (or ModemManager not answering) this long is `modem_absent`: longer "
+        120.0, "The uplink's modem (seen since the agent started, or its interface unplugged "
+        "or re-enumerated) missing from ModemManager (or ModemManager not answering) this "
+        "long is `modem_absent`: longer "
         "than a USB re-enumeration and ModemManager's probing of the new device take "
         "(tens of seconds), so a modem that resets by itself is not taken for a lost one.",
         duration=True, bounds=(10.0, 86400.0))

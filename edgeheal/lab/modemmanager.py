@@ -436,9 +436,10 @@ class FakeModemManager(BusStandIn):
         for bearer in modem.bearers:
             if bearer.connected:
                 self.set_bearer(bearer, False)
-        self._register(modem)
+        self.register(modem)
 
-    def _register(self, modem: FakeModem) -> None:
+    def register(self, modem: FakeModem) -> None:
+        """A registration attempt: denied while ``denied`` holds, else registered."""
         if modem.denied:
             modem.reject_cause = modem.denied
             self._changed(modem.path, MODEM_3GPP_IFACE,
@@ -463,7 +464,7 @@ class FakeModemManager(BusStandIn):
             await asyncio.sleep(self.connect_delay)
             self.set_state(modem, "enabled")
             self.set_state(modem, "searching")
-            self._register(modem)
+            self.register(modem)
             return
         if STATE_CODES[modem.state] <= STATE_CODES["disabled"]:
             return

@@ -442,3 +442,33 @@ async def test_a_modem_that_vanishes_with_its_link_is_modem_absent_after_the_bou
     clock.advance(2)
     result = await _run(check, edge)
     assert result.reason != "modem_absent", result.message
+
+
+@pytest.mark.netns
+async def test_an_unplugged_uplink_is_evidence_of_a_modem_never_asked_about(
+        uplink_ns: dict[str, Any]) -> None:
+    """The agent never asked ModemManager while the uplink was fine; then the interface
+    vanishes and comes back with a new index (a USB modem re-enumerating) and ModemManager
+    knows no modem: ``modem_absent`` after the bound. A NIC that only goes down is not."""
+    edge, carrier, a = uplink_ns["edge"], uplink_ns["carrier"], uplink_ns["a"]
+    clock = Clock()
+    h = context(f'[uplink]\ninterfaces = ["{a}"]\nwindow = "20s"\ntimeout = "2s"\n'
+                'modem_absent_after = "60s"\n', clock=clock)
+    manager = FakeManager(())
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=manager)
+    nic = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=FakeManager(()))
+    assert (await _run(check, edge)).reason == "ok"
+    assert (await _run(nic, edge)).reason == "ok"
+    assert manager.asked == 0
+    run(["ip", "link", "set", a, "down"], ns=edge)
+    for _ in range(4):  # only down, for longer than the bound: it stays a NIC
+        assert (await _run(nic, edge)).reason == "link_down"
+        clock.advance(25)
+    run(["ip", "link", "del", a], ns=edge)  # unplugged: gone, then back, a new index
+    assert (await _run(check, edge)).reason == "link_down"
+    uplink_ns["sandbox"].veth(edge, carrier, addr_a="10.77.0.2/24", addr_b="10.77.0.1/24",
+                              name_a=a)
+    for _ in range(3):
+        clock.advance(25)
+        result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.FAILED, "modem_absent"), result.message

@@ -177,23 +177,75 @@ async def test_modem_reconnect_renews_the_session_with_the_bearers_own_settings(
         assert SECRET not in caplog.text + outcome.target + availability.why
 
 
-async def test_modem_reconnect_does_not_fight_networkmanager(sandbox: Sandbox) -> None:
+async def test_modem_reconnect_goes_through_networkmanager_where_it_owns_the_modem(
+        sandbox: Sandbox) -> None:
+    """nmcli connection down/up, over D-Bus: the device's active connection deactivated,
+    its profile activated again on the device, the rung back once NetworkManager says
+    ``activated``; ModemManager is never called behind NetworkManager's back."""
     bus = start_system_bus(sandbox, policy=BUS_POLICY + LOGIND_POLICY)
     mm = FakeModemManager(bus.address)
     mm.add_modem("/sys/devices/usb1/1-1", "wwan0")
-    async with mm, FakeNetworkManager(bus.address, devices={"wwan0": True}):
+    activated: list[str] = []
+    nm = FakeNetworkManager(bus.address, devices={"eth0": True, "wwan0": True},
+                            on_activate=activated.append, activate_delay=0.2)
+    async with mm, nm:
         config = loads_generic(f'[uplink]\ninterfaces = ["wwan0"]\n'
                                f'dbus_address = "{bus.address}"\n')
         rung = ModemReconnect(config)
         try:
             availability = await rung.probe()
-            assert not availability.usable
-            assert "NetworkManager manages wwan0" in availability.why
-            with pytest.raises(RemedyError, match="NetworkManager"):
+            assert availability.usable, availability.why
+            assert "through NetworkManager" in availability.why
+            old = nm.by_iface["wwan0"].active
+            outcome = await rung.restart()
+        finally:
+            await rung.close()
+        assert mm.calls == []  # nothing behind NetworkManager's back
+        profile = nm.by_iface["wwan0"].connection
+        assert nm.calls == [("Deactivate", old), ("Activate", profile)]
+        assert activated == ["wwan0"]  # returned only once activated
+        new = nm.by_iface["wwan0"].active
+        assert new != old
+        assert nm.actives[new].state == 2
+        assert "NetworkManager" in outcome.target
+        assert nm.by_iface["eth0"].active != "/"  # the other device untouched
+
+
+async def test_modem_reconnect_through_networkmanager_denied_is_a_config_problem(
+        sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=BUS_POLICY + LOGIND_POLICY)
+    mm = FakeModemManager(bus.address)
+    mm.add_modem("/sys/devices/usb1/1-1", "wwan0")
+    async with mm, FakeNetworkManager(bus.address, devices={"wwan0": True},
+                                      deny_control=True):
+        config = loads_generic(f'[uplink]\ninterfaces = ["wwan0"]\n'
+                               f'dbus_address = "{bus.address}"\n')
+        rung = ModemReconnect(config)
+        try:
+            with pytest.raises(RemedyError, match="network-control") as err:
                 await rung.restart()
         finally:
             await rung.close()
-        assert mm.calls == []  # nothing was done behind NetworkManager's back
+        assert err.value.config_problem
+        assert mm.calls == []
+
+
+async def test_modem_reconnect_through_networkmanager_that_never_activates_fails(
+        sandbox: Sandbox) -> None:
+    bus = start_system_bus(sandbox, policy=BUS_POLICY + LOGIND_POLICY)
+    mm = FakeModemManager(bus.address)
+    mm.add_modem("/sys/devices/usb1/1-1", "wwan0")
+    async with mm, FakeNetworkManager(bus.address, devices={"wwan0": True},
+                                      activate_delay=30.0):
+        config = loads_generic(f'[uplink]\ninterfaces = ["wwan0"]\n'
+                               f'dbus_address = "{bus.address}"\n')
+        rung = ModemReconnect(config)
+        rung.timeout = 0.5
+        try:
+            with pytest.raises(RemedyError, match="did not activate"):
+                await rung.restart()
+        finally:
+            await rung.close()
 
 
 async def test_modem_reconnect_goes_ahead_when_networkmanager_leaves_the_modem_alone(
