@@ -79,6 +79,7 @@ timeout = "1s"
 mode = "k3s-service"
 startup_grace = "0s"
 cooldown = "0s"
+restart_jitter = "0s"
 max_per_hour = 10
 verify_timeout = "30s"
 

@@ -200,6 +200,23 @@ class Event:
     correlation: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class FleetHold:
+    """The last fleet-hold message the alert link received
+    (:mod:`edgeheal.boundaries.mqtt.hold` parses it)."""
+
+    reason: str
+    until: datetime | None
+    """When the hold ends by itself (UTC); None: released, or refused."""
+    by: str = ""
+    refused: str = ""
+    """Why the message was not obeyed ("" when it is a valid hold or release)."""
+    received: datetime | None = None
+
+    def holds(self, now: datetime) -> bool:
+        return not self.refused and self.until is not None and now < self.until
+
+
 class AlertLinkState(Protocol):
     """What the kept-open broker connection says about itself (:class:`AlertLink`)."""
 
@@ -236,6 +253,10 @@ class AlertLink(Protocol):
     def confirm(self) -> None:
         """Ask the broker now (not at the next keepalive) whether the link still works;
         returns at once, :attr:`state` follows within the target's ``timeout``."""
+
+    @property
+    def fleet_hold(self) -> FleetHold | None:
+        """The last fleet-hold message heard (``[fleet] hold``), None before any."""
 
 
 async def _no_feed(version: int, at_most: float | None) -> None:

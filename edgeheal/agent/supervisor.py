@@ -47,7 +47,7 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeheal import __version__
 from edgeheal import checks as registry
@@ -67,6 +67,13 @@ from edgeheal.config import Config
 from edgeheal.core import debounce
 from edgeheal.core.path_verdict import path_verdict
 from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from prometheus_client.core import Metric
+
+    from edgeheal.base.statefile import Newer
 
 log = logging.getLogger("edgeheal.agent")  # the name operators grep for
 
@@ -136,6 +143,7 @@ class Agent:
             self.ctx, durable=lambda: self.alerts.outbox.fault is None)
         """The uplink ladder (``[remediation.uplink] enabled``); its reboot rung goes ahead
         only while the outbox writes alerts durably."""
+        self.registry.register(_NewerStateFiles(self))
         self._publish()
 
     # --- the snapshot ---------------------------------------------------------------------
@@ -171,7 +179,17 @@ class Agent:
         if self.uplink_remediator is not None:
             out["uplink_remediation"] = self.uplink_remediator.view()
         out["alerts"] = self.alerts.view()
+        if newer := self.newer_state_files():
+            out["state_files"] = {"newer": [n.detail() for n in newer]}
         return out
+
+    def newer_state_files(self) -> list[Newer]:
+        """The state files of a newer format than this build reads (a downgrade): each left
+        untouched, its state kept in memory (:mod:`edgeheal.base.statefile`)."""
+        found = [self.alerts.outbox.newer]
+        found += [actor.state_newer for actor in (self.remediator, self.uplink_remediator)
+                  if actor is not None]
+        return [n for n in found if n is not None]
 
     async def _follow_for_alerts(self) -> None:
         """Hand every new snapshot to the alert engine, the same way the ladders follow it."""
@@ -371,6 +389,32 @@ class Agent:
                     await asyncio.wait_for(close(), 0.2)
         self.notifier.close()
         log.info("stopped")
+
+
+class _NewerStateFiles:
+    """``edgeheal_state_file_newer{file}``: 1 for each state file of a newer format, read
+    from the agent at scrape time (a file an operator moved aside drops out)."""
+
+    NAME = "edgeheal_state_file_newer"
+    HELP = ("1 for each state file of a newer format than this build reads (a downgrade): "
+            "left untouched, its state kept in memory for this run.")
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def _family(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        return GaugeMetricFamily(self.NAME, self.HELP, labels=["file"])
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for newer in self.agent.newer_state_files():
+            family.add_metric([newer.file], 1.0)
+        yield family
 
 
 def run_forever(config: Config) -> None:

@@ -19,6 +19,17 @@ a human), and the reader starts afresh; it logs it once and says so with a
 :class:`Reset`, which the agent raises as ``agent.state_reset`` (the file and the reason in
 ``detail``). Files are opened with ``O_NOFOLLOW``: a symlink in their place is refused, not
 followed.
+
+**Format versions.** Every state file says which format it is in (a JSON file its
+``"format"`` field, read by :func:`format_of`; the outbox SQLite's ``PRAGMA user_version``).
+A file without one is release 0.2.0's, format 1, and is read as such (the next write adds
+the field). A file of a *newer* format than this build knows was written by a later release
+and this one is a downgrade: it is never parsed further, never moved aside and never
+written (:class:`NewerFormat`); that piece of state runs in memory for this run, and the
+agent says so once (log, ``/status``, ``edgeheal_state_file_newer``, ``agent.state_newer``)
+with a :class:`Newer`. Why not refuse to start, as a downgrade tool would: edgeheal gates
+every collector's readiness and enforces the offload fix, so an agent that stops is itself
+the outage; losing one file's history for a run is the smaller harm.
 """
 
 from __future__ import annotations
@@ -56,6 +67,47 @@ class Reset:
 
     def detail(self) -> dict[str, Any]:
         return {"file": self.file, "reason": self.reason, "moved_to": self.moved_to}
+
+
+@dataclass(frozen=True, slots=True)
+class Newer:
+    """A state file of a newer format than this build reads: left untouched, run in memory."""
+
+    file: str
+    found: int
+    """The file's format."""
+    known: int
+    """The newest format this build reads."""
+
+    def detail(self) -> dict[str, Any]:
+        return {"file": self.file, "format": self.found, "known_format": self.known}
+
+    def describe(self) -> str:
+        return (f"{self.file} is in format {self.found}, newer than this build reads "
+                f"(up to {self.known}): written by a later edgeheal, so this is a downgrade; "
+                "the file is left untouched and this run keeps that state in memory only "
+                "(upgrade again, or move the file aside to start it afresh)")
+
+
+class NewerFormat(StateFileError):
+    """The state file is of a newer format than this build reads (:attr:`newer` says)."""
+
+    def __init__(self, newer: Newer) -> None:
+        super().__init__(newer.file, f"format {newer.found}, newer than this build reads "
+                         f"(up to {newer.known})")
+        self.newer = newer
+
+
+def format_of(data: dict[str, Any], *, what: str, known: int) -> int:
+    """The ``"format"`` of a JSON state file's object (absent: 1, release 0.2.0's);
+    :class:`NewerFormat` if newer than ``known``, :class:`StateFileError` if not a
+    format number."""
+    found = data.get("format", 1)
+    if type(found) is not int or found < 1:
+        raise StateFileError(what, f"format {str(found)[:20]} is not a format number")
+    if found > known:
+        raise NewerFormat(Newer(what, found, known))
+    return found
 
 
 def depth(text: str) -> int:

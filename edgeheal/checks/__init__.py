@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from edgeheal.config import CheckSettings, Config
     from edgeheal.model import CheckResult, CheckStatus
 
-BUILTIN = ("offload", "wireguard", "mqtt", "uplink", "pmtu")
+BUILTIN = ("offload", "wireguard", "mqtt", "uplink", "pmtu", "control")
 """Check modules loaded by the agent, in display order."""
 
 

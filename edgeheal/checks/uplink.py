@@ -85,12 +85,21 @@ re-created interface, a failed probe, no address or route at the last read — r
 at once, and so does every run ``REFRESH`` (60 s) after the last read: an address or route
 lost while traffic still flows shows within 60 s plus one interval.
 
+Failover: after each run the check records which of its interfaces carries the default
+route (:mod:`edgeheal.checks.uplink_failover`: ``detail.active``, the
+``edgeheal_uplink_active*`` metrics, the ``uplink.failover`` event with its cause), and on
+a switch asks the tunnel check to run at once, which re-learns the WireGuard source
+address. Its ``serve`` task listens to rtnetlink link and default-route events
+(:mod:`edgeheal.boundaries.kernel.route_events`, ``[uplink] events``) and runs the check
+at once, with a fresh netlink read, when one touches an uplink: no polling.
+
 Off unless configured: with ``[uplink] interfaces`` empty the check is not created. The
 modem's bearer properties (they hold the APN password) are never put in ``detail``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
@@ -99,9 +108,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from edgeheal.checks import Check, Registration, register
-from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
+from edgeheal.checks.uplink_failover import EVENT as FAILOVER_EVENT
+from edgeheal.checks.uplink_failover import Failover
+from edgeheal.model import CheckResult, CheckStatus, Context, Event, Kind, State
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from prometheus_client.metrics_core import Metric
+
     from edgeheal.boundaries.kernel.interfaces import Interface
     from edgeheal.boundaries.modemmanager import Modem
     from edgeheal.config import CheckSettings, Config, UplinkSettings
@@ -303,6 +318,8 @@ class UplinkCheck:
         """The uplink interfaces' indices as last read (a change is a re-enumeration)."""
         self._absent_since: float | None = None
         """Since when that modem has been missing (monotonic), or None."""
+        self.failover = Failover(settings.costs)
+        """The active uplink and its switches (:mod:`edgeheal.checks.uplink_failover`)."""
 
     async def _interfaces(self, now: float) -> tuple[Interface, ...]:
         """The uplink interfaces: from sysfs plus the last netlink read's addresses and
@@ -370,10 +387,55 @@ class UplinkCheck:
                                 absent_for=absent_for,
                                 absent_after=self.uplink.modem_absent_after),
                        self.uplink.window)
+        result = self._follow(interfaces, now, result)
         self._explained = result.reason in NOT_SILENCE
         if self._explained:  # the modem is asked again next run: is it still so?
             self._passed = now
         return result
+
+    def _follow(self, interfaces: tuple[Interface, ...], now: float,
+                result: CheckResult) -> CheckResult:
+        """Record the active uplink; on a switch, the event and a tunnel run at once."""
+        switch = self.failover.observe(interfaces, now)
+        if switch is not None:
+            log.warning("%s", switch.message, extra={"check": NAME, **switch.to_json()})
+            self.ctx.emit(Event(FAILOVER_EVENT, switch.message, switch.to_json()))
+            from edgeheal import checks  # the tunnel re-learns its source address now
+
+            for name in checks.role("tunnel").names(self.ctx.config):
+                self.ctx.hasten(name)
+        return dataclasses.replace(
+            result, detail={**result.detail, "active": self.failover.to_json(now)})
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.failover.collect()
+
+    async def serve(self) -> None:
+        """Run the check at once when rtnetlink says an uplink's link or a default route
+        moved (``[uplink] events``); idle otherwise. A failed socket raises: the agent
+        restarts this task with backoff, and the first run after reads netlink afresh."""
+        if not self.uplink.events:
+            await asyncio.Event().wait()
+        from edgeheal.base.ifglob import matches
+        from edgeheal.boundaries.kernel.route_events import RouteListener
+
+        async with RouteListener(netns=self.netns) as events:
+            self._moved()
+            async for ev in events:
+                indices = {i.index for i in self._full or ()}
+                if ev.route or ev.ifindex in indices or matches(ev.ifname,
+                                                                self.uplink.interfaces):
+                    log.debug("uplink event %s on %s", ev.event, ev.ifname or ev.ifindex,
+                              extra={"check": NAME})
+                    self._moved()
+
+    def _moved(self) -> None:
+        """Something moved: the next run reads netlink (not sysfs alone), and runs now."""
+        self._full = None
+        self.ctx.hasten(NAME)
 
     async def _modem(self, names: set[str]) -> tuple[Modem | None, str]:
         if not self.uplink.modem_manager:
@@ -400,7 +462,12 @@ class UplinkCheck:
 
 def _build(ctx: Context) -> list[Check]:
     settings = ctx.config.uplink
-    return [UplinkCheck(ctx, settings)] if settings.interfaces else []
+    if not settings.interfaces:
+        return []
+    check = UplinkCheck(ctx, settings)
+    if settings.enabled:
+        ctx.registry.register(check)
+    return [check]
 
 
 def _names(config: Config) -> tuple[str, ...]:
@@ -421,6 +488,22 @@ def _validate(config: Config) -> None:
                           f"{settings.window:g}s")
     if not math.isfinite(settings.window):
         raise ConfigError("uplink.window", "expected a finite duration")
+    from edgeheal.base.ifglob import matches
+
+    seen: set[str] = set()
+    for n, entry in enumerate(settings.costs):
+        key = f"uplink.costs[{n}]"
+        if not entry.interface:
+            raise ConfigError(f"{key}.interface", "expected an interface name or glob")
+        if not any(matches(entry.interface, (p,)) or entry.interface == p
+                   for p in settings.interfaces):
+            raise ConfigError(f"{key}.interface", f"{entry.interface!r} is not one of "
+                              f"[uplink] interfaces ({', '.join(settings.interfaces)})")
+        if entry.interface in seen:
+            raise ConfigError(f"{key}.interface", f"{entry.interface!r} is listed twice")
+        seen.add(entry.interface)
+        if not 0 <= entry.cost <= 255:
+            raise ConfigError(f"{key}.cost", f"expected 0 to 255, got {entry.cost}")
 
 
 OWN_KINDS = frozenset({"stuck", "no_coverage", "modem_absent", "modem_failed",
@@ -463,6 +546,10 @@ KINDS: dict[str, Kind] = {
         "(`detail.reason`).",
         problem=True),
     "uplink.recovered": Kind("info", "The uplink carries traffic again."),
+    FAILOVER_EVENT: Kind(
+        "warning", "The default route moved to another uplink interface; `detail` names "
+        "`from`, `to`, their costs and the `cause` (`carrier_lost`, `route_withdrawn`, "
+        "`address_lost`, `operator`, `link_gone`, `preferred`: the fail-back)."),
 }
 
 register(Registration(NAME, _build, names=_names, doc=__doc__ or "", kinds=KINDS,

@@ -34,7 +34,8 @@ log = logging.getLogger("edgeheal")
 EXIT_BROKEN_PIPE = 128 + 13
 """The reader of standard output went away (SIGPIPE's number, as shells report it)."""
 
-COMMAND_GROUPS = ("status", "offload", "alert", "remediation", "lab", "diagnose", "doctor")
+COMMAND_GROUPS = ("status", "offload", "alert", "remediation", "lab", "diagnose", "doctor",
+                  "bundle", "fleet")
 CONFIG_HELP = "configuration file (default: $EDGEHEAL_CONFIG or /etc/edgeheal/edgeheal.toml)"
 
 

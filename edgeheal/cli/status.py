@@ -162,7 +162,28 @@ def render_status(doc: Mapping[str, Any]) -> str:
     for action in doc.get("actions") or []:
         lines.append(f"action {_clean(action.get('time'))} {_clean(action.get('action'))} "
                      f"{_clean(action.get('result'))}: {_clean(action.get('reason'))}")
-    return "\n".join(lines)
+    return "\n".join(lines + _warnings(doc))
+
+
+def _warnings(doc: Mapping[str, Any]) -> list[str]:
+    """What the agent cannot do as it should (each field checked: the document is not
+    trusted): state files of a newer format, another client with our client id."""
+    out = []
+    state_files = doc.get("state_files")
+    newer = state_files.get("newer") if isinstance(state_files, dict) else None
+    for item in newer if isinstance(newer, list) else []:
+        if isinstance(item, dict):
+            out.append(f"state file {_clean(item.get('file'))} is in format "
+                       f"{_clean(item.get('format'))}, newer than this agent reads (up to "
+                       f"{_clean(item.get('known_format'))}): left untouched, that state is "
+                       "kept in memory")
+    alerts = doc.get("alerts")
+    taken = alerts.get("session_taken_over") if isinstance(alerts, dict) else None
+    if isinstance(taken, dict) and taken.get("duplicate_client_id") is True:
+        out.append(f"alert broker: another client uses client id "
+                   f"{_clean(taken.get('client_id'))} ({_clean(taken.get('total'))} session "
+                   "takeovers): two agents with one node_name?")
+    return out
 
 
 def _clean(value: object, limit: int = MAX_CELL) -> str:

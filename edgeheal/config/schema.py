@@ -153,6 +153,24 @@ class WireguardSettings(CheckSettings):
         30.0, "How long a new interface or peer may take for its first handshake.",
         duration=True, bounds=(0.0, 86400.0))
     required: bool = setting(True, "The check gates `/readyz`.")
+    forget_source: bool = setting(
+        True, "After an uplink failover (the `uplink` check's active interface changed), "
+        "set each watched peer's endpoint again on a userspace device (wireguard-go, "
+        "boringtun), so it stops sending from the old uplink's address (docs/failover.md). "
+        "A kernel device drops a stale source by itself and is never written to.")
+
+
+@dataclass(frozen=True, slots=True)
+class UplinkCost:
+    """One `[[uplink.costs]]` entry: what using an uplink costs (LF EVE's port cost)."""
+
+    interface: str = setting(
+        "", "The uplink interface (a name or glob of `[uplink] interfaces`).")
+    cost: int = setting(
+        0, "0 (free: Ethernet, Wi-Fi) to 255 (the dearest: a metered LTE plan), as LF EVE "
+        "orders its ports. edgeheal never moves the default route: the network manager's "
+        "route metrics do; the cost ranks interfaces whose default routes tie and is "
+        "exported with the active uplink, so metered accounting charges the right link.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,12 +202,20 @@ class UplinkSettings(CheckSettings):
         "than a USB re-enumeration and ModemManager's probing of the new device take "
         "(tens of seconds), so a modem that resets by itself is not taken for a lost one.",
         duration=True, bounds=(10.0, 86400.0))
+    events: bool = setting(
+        True, "Listen to rtnetlink link and default-route events (one idle socket, no "
+        "polling) and run the check at once when one of the uplinks moves: a failover "
+        "is seen within a second, not at the next `interval`.")
     interval: float | None = setting(
         10.0, "Cadence: reads kernel state and, with ModemManager, a handful of D-Bus "
         "properties; the probe is one TCP handshake.", duration=True, bounds=(0.1, 86400.0))
     retry_interval: float | None = setting(
         2.0, "Quick re-check while in doubt (see the common keys).", duration=True,
         bounds=(0.1, 86400.0))
+    costs: tuple[UplinkCost, ...] = setting(
+        (), "The cost of each uplink (`[[uplink.costs]]`, `interface` and `cost`); an "
+        "interface not listed costs 0. The check follows the interface that carries the "
+        "default route (docs/failover.md) and reports a switch as `uplink.failover`.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +271,55 @@ class PmtuSettings(CheckSettings):
     required: bool = setting(
         True, "The check gates `/readyz`: with a black hole the collectors' large "
         "publishes hang although the small probes pass.")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSettings(CheckSettings):
+    """`[control]`: the K3s agent's path to its server (docs/control.md). Ships off: its
+    section turns it on. Reads the node's Lease and Node through `[kubernetes]`; without
+    that section it has its local evidence and the direct handshake only."""
+
+    servers: tuple[str, ...] = setting(
+        (), "`host:port` of each K3s server the agent's load balancer may forward to (the "
+        "supervisor/API port, 6443 by default: the agent's `--server` and the servers it "
+        "learnt). The agent's connections to these are the cheap evidence; one TCP "
+        "handshake to them, only on suspicion, tells `server_unreachable`. Required.")
+    balancer: str = setting(
+        "127.0.0.1:6444", "`host:port` of the agent's local load balancer (K3s "
+        "`--lb-server-port`, 6444 by default): clients connected to it while the agent "
+        "holds no healthy connection to a server is the `balancer_stuck` evidence.")
+    kubelet_healthz: str = setting(
+        "127.0.0.1:10248", "`host:port` of the kubelet's local health endpoint (GET "
+        "`/healthz`, plain HTTP on loopback). Empty: not asked.")
+    stall_retransmits: int = setting(
+        3, "A connection to a server whose oldest unacknowledged segment has been "
+        "retransmitted this many times in a row (or with as many unanswered probes) counts "
+        "as stalled: 3 is about 3 s of silence at a 200 ms RTO, well past one lost packet.",
+        bounds=(1.0, 15.0))
+    api_interval: float = setting(
+        10800.0, "Cadence of the one confirming API read (the node's Lease and the Node) "
+        "while the local evidence is fine: about 5.6 kB each with its TLS handshake, "
+        "45 kB a day (docs/control.md); any suspicion reads at once. Every 3 h and not "
+        "every hour so that the agent with every check on stays under 1 MB a day.",
+        duration=True, bounds=(60.0, 86400.0))
+    api_spacing: float = setting(
+        20.0, "Least time between two API reads while the local evidence is suspicious or "
+        "the verdict is not ok (a stale lease is told by two reads at least the lease's "
+        "duration apart seeing the same renewTime).", duration=True, bounds=(5.0, 3600.0))
+    connect_timeout: float = setting(
+        4.0, "How long the direct TCP handshake to a server may take (a lost SYN is re-sent "
+        "at 1 s and 3 s).", duration=True, bounds=(0.5, 30.0))
+    interval: float | None = setting(
+        10.0, "Cadence of the local evidence: two reads of the kernel's TCP table and one "
+        "loopback GET of the kubelet's /healthz; no packet leaves the node.",
+        duration=True, bounds=(1.0, 3600.0))
+    retry_interval: float | None = setting(
+        10.0, "Quick re-check while in doubt (see the common keys).", duration=True,
+        bounds=(1.0, 3600.0))
+    timeout: float = setting(
+        30.0, "Bound of one run (a handshake and two API reads, each within "
+        "`[kubernetes] request_timeout`, never retried here).", duration=True,
+        bounds=(1.0, 600.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +436,24 @@ class PodRemedySettings:
         duration=True, bounds=(1.0, 3600.0))
 
 
+@dataclass(frozen=True, slots=True)
+class RebindSettings:
+    """`[remediation.rebind]`: the rung before a Flannel restart (docs/remediation.md)."""
+
+    enabled: bool = setting(
+        False, "Before restarting Flannel for a watched peer that is `stalled` or `dead` "
+        "while the direct path is up (and the `uplink` check, if configured, is ok), move "
+        "the WireGuard device to a fresh random UDP port once: the cloud learns the new "
+        "endpoint from the next packet (WireGuard roaming), which a carrier NAT's stale "
+        "mapping of port 51820 cannot follow and a restart (same port) does not change. "
+        "Counts as an attempt for the circuit and the budget. Off by default.")
+    verify_timeout: float = setting(
+        45.0, "How long a rebind waits for the tunnel to recover (fresh handshake, rx "
+        "growing, tunnel-path MQTT ok) before the ladder climbs to the restart: one "
+        "keepalive (25 s on K3s) plus a handshake (5 s), plus the checks' cadence.",
+        duration=True, bounds=(1.0, 600.0))
+
+
 UPLINK_RUNGS = ("modem-reconnect", "radio-cycle", "link-bounce", "modemmanager-restart",
                 "usb-reauthorize", "reboot")
 
@@ -445,9 +538,33 @@ class RemediationSettings:
         "recover by itself before a restart is considered: an uplink outage stalls the "
         "tunnel too, and restarting Flannel the moment the uplink returns would 'heal' an "
         "outage that was never the tunnel's.", duration=True, bounds=(0.0, 3600.0))
+    restart_jitter: float = setting(
+        30.0, "The first restart of a failure episode waits a random fraction of this long "
+        "(uniform, drawn once per episode) after every other safeguard has let it through: "
+        "a hub fault fails every edge's tunnel in the same second, and this spreads their "
+        "restarts instead of sending them to the K3s server at once. Later restarts of the "
+        "same episode keep `cooldown` only. 0 turns it off.", duration=True,
+        bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
+    rebind: RebindSettings = field(default_factory=RebindSettings)
     uplink: UplinkLadderSettings = field(default_factory=UplinkLadderSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSettings:
+    """`[fleet]`: what the fleet says to every agent at once (docs/remediation.md)."""
+
+    hold: bool = setting(
+        False, "Subscribe to `<topic_prefix>/fleet/hold` on the alert connection (one "
+        "subscription, retained; needs `[alerts] target`) and obey a valid hold: while it "
+        "holds, the Flannel ladder skips with `fleet_hold` (the uplink ladder is "
+        "unaffected). Set and released by `edgeheal fleet hold` / `release`. Costs nothing "
+        "between holds; ~200 bytes per hold set or released. Off by default.")
+    max_hold: float = setting(
+        43200.0, "A hold whose `until` is further ahead than this is refused (and alerted): "
+        "a hold that outlives its incident is a fleet that no longer heals itself.",
+        duration=True, bounds=(60.0, 7 * 86400.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,10 +577,12 @@ class Config:
     mqtt: MqttSettings = field(default_factory=MqttSettings)
     uplink: UplinkSettings = field(default_factory=UplinkSettings)
     pmtu: PmtuSettings = field(default_factory=PmtuSettings)
+    control: ControlSettings = field(default_factory=ControlSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
     kubernetes: KubernetesSettings | None = field(
         default=None, metadata=doc("The Kubernetes API ([kubernetes]); absent: not used."))
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
+    fleet: FleetSettings = field(default_factory=FleetSettings)
     source: str = field(default="", metadata=doc("internal: the file this came from"))
     sections: frozenset[str] = field(
         default=frozenset(), metadata=doc("internal: the top-level tables the file sets"))

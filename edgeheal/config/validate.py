@@ -191,6 +191,9 @@ def _validate_alerts(config: Config) -> None:
     if prefix.startswith("$"):
         raise ConfigError("alerts.topic_prefix", "cannot start with '$': such topics are the "
                           "broker's own ($SYS)")
+    if config.fleet.hold and not alerts.target:
+        raise ConfigError("fleet.hold", "needs [alerts] target: the hold is heard on the "
+                          "alert connection")
     longest = f"{prefix}/{config.node}/alerts"  # as the alert engine builds its topics
     if len(longest.encode("utf-8", "surrogatepass")) > TOPIC_MAX_BYTES:
         raise ConfigError("alerts.topic_prefix", f"the alert topic <prefix>/<node>/alerts "

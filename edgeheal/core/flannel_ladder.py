@@ -57,8 +57,11 @@ The ladder (first matching rule wins):
    Flannel's (Flannel's own rules accept 51820). The alert (``wireguard.send_failing``)
    carries the cause; the direct-path target tells the rest.
 4. a failed tunnel passes the safeguards in this order, each a ``skip`` with its reason:
-   ``paused`` (operator), ``circuit_open``, ``direct_path_down`` (a direct-path target
-   fails too: the uplink or the cloud is down, a restart cannot help), ``uplink_settling``
+   ``paused`` (operator), ``circuit_open``, ``fleet_hold`` (a valid fleet-wide hold on
+   ``<topic_prefix>/fleet/hold`` holds: a hub fault fails every node's tunnel at once and
+   no node's restart can cure it; the view's ``fleet_hold`` says it), ``direct_path_down``
+   (a direct-path target fails too: the uplink or the cloud is down, a restart cannot
+   help), ``uplink_settling``
    (the direct path came back less than ``uplink_settle`` ago: an outage stalls the tunnel
    too, so give it that long to recover by itself; found in the lab's uplink-outage
    scenario, where restarting on the uplink's return "healed" an outage), ``mode_none``,
@@ -66,7 +69,30 @@ The ladder (first matching rule wins):
    ``cooldown`` (last restart too recent), ``budget_exhausted`` (``max_per_hour`` restarts
    in the last sliding hour). Before the time gates, ``give_up_after`` restarts in a row
    that did not cure open the circuit (``open_circuit``).
-5. otherwise ``restart`` (``dry_run`` marks it: the actor says everything, does nothing).
+5. the first restart of an episode (no restart in a row yet) waits a random fraction of
+   ``restart_jitter``, drawn once when it is first due (``watch`` with reason
+   ``restart_jitter`` and :attr:`~edgeheal.core.safeguards.Action.until`; the actor keeps it
+   in :attr:`History.jitter_until`). Why: a hub fault fails every edge's tunnel in the same
+   second, and every other gate (``startup_grace``, ``uplink_settle``, ``cooldown``) ends
+   at the same moment on every node too; without it N nodes would delete N pods or restart
+   N k3s-agents against one K3s server in the same second. It comes last, after every gate,
+   so no gate re-synchronises the fleet after it. The fraction comes from the caller's
+   random source (``rand``): the decision stays a function of its inputs.
+   With the first rung (below) on, the wait comes before the rung: the rung's fixed verify
+   bound then carries each node's spread on to its restarts.
+6. otherwise ``restart`` (``dry_run`` marks it: the actor says everything, does nothing).
+   **The first rung** (``[remediation.rebind]``, opt-in): when the view offers one
+   (``first_rung``: a ``pre-restart`` remedy usable on this node), the tunnel's reason is
+   one of its ``unanswered`` reasons (``stalled``/``dead``: a peer that had a session and
+   is no longer answered) — or a tunnel-path target fails while the WireGuard check is
+   ``ok`` or unanswered (the lab's ``stale-nat``: the MQTT probe's timeout comes before
+   the check's ``rx_stall_after``) —, the uplink check (if any) is ``ok`` and no attempt
+   of this failure has failed yet (``failures_in_row == 0``), the ``restart`` names that rung
+   (``Action.rung``) and the actor runs it instead of the restart remedy. It passes every
+   safeguard above, and counts like a restart for the circuit and the budget; if it does
+   not cure, the streak is 1 and the next decision is the restart, which does *not* wait
+   ``cooldown`` after the rung (the cooldown is between restarts: the rung touched nothing
+   Flannel owns, and making the restart wait would only lengthen the outage).
 
 The safeguards of step 4 that are not about the tunnel's evidence (``paused``,
 ``circuit_open``, ``open_circuit``, ``startup_grace``, ``cooldown``, ``budget_exhausted``)
@@ -84,7 +110,7 @@ clock steps is :mod:`edgeheal.agent.remediation.history`'s docstring.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -122,6 +148,9 @@ restart rebuilds from the cluster's data."""
 DEGRADED_REASONS = _TUNNEL.reasons_in(State.DEGRADED)
 UPLINK_CAUSES = _TUNNEL.vocabulary["uplink_causes"]
 """``send_failing`` causes that mean the uplink is gone (the tunnel check's own table)."""
+UNANSWERED = frozenset(f"wireguard_{r}" for r in _TUNNEL.vocabulary["unanswered"])
+"""Failures the first rung answers: a watched peer no longer answered (stalled, dead)."""
+UPLINK = checks.role("uplink").module
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +174,12 @@ class TunnelView:
     """When the node booted, on the monotonic timeline (``now - CLOCK_BOOTTIME``)."""
     direct_ok_since: float = -math.inf
     """Since when every direct-path target has been ok (monotonic; -inf: no target)."""
+    fleet_hold: str = ""
+    """A fleet hold that holds now, as people read it ("" when none)."""
+    first_rung: str = ""
+    """The mode of the rung tried before a restart, usable on this node ("": none)."""
+    uplink: State | None = None
+    """The uplink check's effective state; None when absent or not run yet."""
 
     @property
     def healthy(self) -> bool:
@@ -177,14 +212,15 @@ class TunnelView:
 
 
 def view_of(snapshot: Snapshot, config: Config, *, mode: str,
-            booted_mono: float = -math.inf, direct_was_down: bool = True) -> TunnelView:
+            booted_mono: float = -math.inf, direct_was_down: bool = True,
+            fleet_hold: str = "", first_rung: str = "") -> TunnelView:
     """Project a snapshot onto what the policy reads (pure). ``direct_was_down``: see
     :attr:`History.direct_was_down`."""
     def state(name: str) -> CheckStatus | None:
         status = snapshot.checks.get(name)
         return status if status is not None and status.completed else None
 
-    wg, off = state(WIREGUARD), state(OFFLOAD)
+    wg, off, up = state(WIREGUARD), state(OFFLOAD), state(UPLINK)
     paths = by_path(snapshot, config)
     # A tunnel-path target without a result yet is unknown, not absent: else an agent
     # restarted by kill -9 whose WireGuard check's first reading says ok (one reading shows
@@ -204,12 +240,16 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
                          if wg and wg.reason == SEND_FAILING else ""),
         tunnel_mqtt=tunnel, direct_mqtt=direct,
         offload=off.state if off else None, offload_reason=off.reason if off else "",
-        started_mono=snapshot.started_mono, booted_mono=booted_mono)
+        started_mono=snapshot.started_mono, booted_mono=booted_mono, fleet_hold=fleet_hold,
+        first_rung=first_rung, uplink=up.state if up else None)
 
 
 def decide(view: TunnelView, history: History, now: float,
-           settings: RemediationSettings) -> list[Action]:
-    """The decision. Pure: same inputs, same answer; no I/O, no clock."""
+           settings: RemediationSettings, *,
+           rand: Callable[[], float] | None = None) -> list[Action]:
+    """The decision. Pure: same inputs, same answer; no I/O, no clock. ``rand`` is the
+    random source of ``restart_jitter`` (a float in [0, 1)); None draws 0: no wait (the
+    table tests of the other rungs; the actor passes its own)."""
     if view.healthy:
         if (history.circuit_open or history.failures_in_row) and ladder.may_close(
                 now, view.started_mono, Limits.of(settings)):
@@ -229,6 +269,9 @@ def decide(view: TunnelView, history: History, now: float,
     held = ladder.held(history, now, failure)
     if held is not None:
         return [held]
+    if view.fleet_hold:
+        return [Action("skip", "fleet_hold", f"{failure}: fleet hold ({view.fleet_hold}): "
+                       "no node restarts Flannel until it is released or expires")]
     if view.direct_down:
         down = ", ".join(f"{n}={s.value}" for n, s in view.direct_mqtt.items()
                          if not s.serving)
@@ -242,13 +285,58 @@ def decide(view: TunnelView, history: History, now: float,
                        f"ago; the tunnel gets {settings.uplink_settle:g}s to recover by itself")]
     if view.mode == NO_REMEDY:
         return [Action("skip", "mode_none", f"{failure}: no remedy on this node (alert only)")]
+    rung = _first_rung(view, history, failure)
     throttled = ladder.throttled(history, now, failure, Limits.of(settings),
-                                 started_mono=view.started_mono, booted_mono=view.booted_mono)
+                                 started_mono=view.started_mono, booted_mono=view.booted_mono,
+                                 no_cooldown_after=view.first_rung if not rung else "")
     if throttled is not None:
         return [throttled]
+    waiting = _jitter(history, now, failure, settings, rand)
+    if waiting is not None:
+        return [waiting]
+    if rung:
+        verb = "would try" if settings.dry_run else "try"
+        return [Action("restart", failure, f"{failure}: {verb} {rung} before a Flannel "
+                       "restart (a fresh WireGuard port)", dry_run=settings.dry_run,
+                       rung=rung)]
     verb = "would restart" if settings.dry_run else "restart"
     return [Action("restart", failure, f"{failure}: {verb} Flannel ({view.mode})",
                    dry_run=settings.dry_run)]
+
+
+def _jitter(history: History, now: float, failure: str, settings: RemediationSettings,
+            rand: Callable[[], float] | None) -> Action | None:
+    """Rung 5: the episode's first restart waits its drawn fraction of ``restart_jitter``."""
+    if history.failures_in_row or settings.restart_jitter <= 0:
+        return None  # not the first restart of the episode, or no jitter configured
+    until = history.jitter_until
+    if until is None:
+        fraction = min(max(rand() if rand is not None else 0.0, 0.0), 1.0)
+        until = now + fraction * settings.restart_jitter
+    if now >= until:
+        return None
+    return Action("watch", "restart_jitter",
+                  f"{failure}: the first restart of this episode waits {until - now:.0f}s "
+                  f"more (a random part of restart_jitter {settings.restart_jitter:g}s, so "
+                  "a fleet failing at once does not restart at once)", until=until)
+
+
+def episode_over(view: TunnelView, history: History) -> History:
+    """A healthy tunnel ends the episode: a drawn restart wait no longer applies."""
+    return history.waiting_until(None) if view.healthy else history
+
+
+def _first_rung(view: TunnelView, history: History, failure: str) -> str:
+    """The rung to try before the restart, or "" (rung 5's conditions)."""
+    if not view.first_rung or history.failures_in_row or view.uplink not in (None, State.OK):
+        return ""
+    if failure in UNANSWERED:
+        return view.first_rung
+    unanswered = {r.removeprefix("wireguard_") for r in UNANSWERED}
+    if failure == "tunnel_mqtt_failed" and (view.wireguard is State.OK
+                                            or view.wireguard_reason in unanswered):
+        return view.first_rung  # the device and its peers look fine: no answer through it
+    return ""
 
 
 def _send_failing(view: TunnelView) -> Action:
@@ -273,4 +361,4 @@ def budget_left(history: History, now: float, settings: RemediationSettings) -> 
 
 
 __all__ = ["CURED", "KEEP", "WINDOW", "Action", "ActionKind", "History", "Record",
-           "TunnelView", "budget_left", "decide", "view_of"]
+           "TunnelView", "budget_left", "decide", "episode_over", "view_of"]

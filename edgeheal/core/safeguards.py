@@ -53,6 +53,9 @@ class Action:
     message: str = ""
     dry_run: bool = False
     rung: str = ""
+    until: float | None = None
+    """For a ``watch`` that waits (``restart_jitter``): when the attempt may go ahead
+    (monotonic); the actor keeps it in :attr:`History.jitter_until`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +100,19 @@ class History:
     """A direct-path target has *failed* on this boot (an outage, not the first connection's
     ``unknown``). Until then the direct path's first ``ok`` is the agent starting, not the
     uplink coming back, and ``uplink_settle`` does not apply."""
+    jitter_until: float | None = None
+    """The first attempt of this failure episode waits until then (monotonic; drawn once
+    per episode, :func:`edgeheal.core.flannel_ladder.decide`); None: not drawn. Cleared by
+    an attempt and by a healthy reading."""
 
     def restarts_within(self, now: float, window: float = WINDOW) -> list[Record]:
         """Attempts (dry runs included) in ``(now - window, now]`` on this boot."""
         return [r for r in self.records if r.mono is not None and now - r.mono < window]
 
-    def last_restart(self) -> Record | None:
-        dated = [r for r in self.records if r.mono is not None]
+    def last_restart(self, *, besides: str = "") -> Record | None:
+        """The newest attempt of this boot (``besides``: not counting that mode's)."""
+        dated = [r for r in self.records if r.mono is not None
+                 and not (besides and r.mode == besides)]
         return max(dated, key=lambda r: r.mono or 0.0) if dated else None
 
     def paused(self, now: float) -> bool:
@@ -120,7 +129,8 @@ class History:
             in_row = 0
         elif record.result != "dry_run":
             in_row += 1
-        return replace(self, records=(*self.records, record)[-KEEP:], failures_in_row=in_row)
+        return replace(self, records=(*self.records, record)[-KEEP:], failures_in_row=in_row,
+                       jitter_until=None)
 
     def finished(self, record: Record) -> History:
         """Replace the ``in_progress`` attempt started at ``record.mono`` by its outcome."""
@@ -144,6 +154,10 @@ class History:
 
     def resumed(self) -> History:
         return replace(self, paused_until=None)
+
+    def waiting_until(self, until: float | None) -> History:
+        """The episode's first attempt waits until ``until`` (None: the wait is over)."""
+        return self if until == self.jitter_until else replace(self, jitter_until=until)
 
     def saw(self, view: _DirectView) -> History:
         """Note what the view says about the direct path (``self`` when nothing changes)."""
@@ -208,9 +222,10 @@ def may_close(now: float, started_mono: float, limits: Limits) -> bool:
 
 def throttled(history: History, now: float, failure: str, limits: Limits, *,
               started_mono: float, booted_mono: float,
-              wording: Wording = FLANNEL) -> Action | None:
+              wording: Wording = FLANNEL, no_cooldown_after: str = "") -> Action | None:
     """``open_circuit``, ``startup_grace``, ``cooldown`` or ``budget_exhausted`` (in that
-    order), else None: the attempt may go ahead."""
+    order), else None: the attempt may go ahead. ``no_cooldown_after``: a mode whose
+    attempts start no cooldown (the Flannel ladder's first rung, before its restart)."""
     if history.failures_in_row >= limits.give_up_after:
         return Action("open_circuit", failure,
                       f"{failure}: {history.failures_in_row} {wording.attempts} in a row did "
@@ -220,7 +235,7 @@ def throttled(history: History, now: float, failure: str, limits: Limits, *,
     if now < grace_end:
         return Action("skip", "startup_grace",
                       f"{failure}: within startup grace ({grace_end - now:.0f}s left)")
-    last = history.last_restart()
+    last = history.last_restart(besides=no_cooldown_after)
     if last is not None and last.mono is not None and now - last.mono < limits.cooldown:
         return Action("skip", "cooldown",
                       f"{failure}: cooldown ({limits.cooldown - (now - last.mono):.0f}s "

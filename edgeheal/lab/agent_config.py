@@ -83,6 +83,7 @@ max_per_hour = 3
 startup_grace = "10s"
 verify_timeout = "30s"
 uplink_settle = "20s"
+restart_jitter = "0s"
 """
 
 

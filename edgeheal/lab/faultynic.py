@@ -9,10 +9,12 @@ so the cloud's kernel drops it and counts ``InCsumErrors`` — the incident's ex
 Transport data and keepalives pass untouched, as they did in the field (the established
 session kept working until it had to rekey). With offload off, everything passes.
 
-Like the carrier's NAT, the relay keeps one mapping for the edge: when the edge's packets
-start coming from a new address (the modem got a new one with a new data session), it
-opens a new mapping on a new port, so the cloud sees the edge at a new endpoint and learns
-it by WireGuard's roaming (the next authenticated packet), as in the field.
+Like the carrier's NAT, the relay keeps one mapping for the edge's current source: when the
+edge's packets start coming from a new address (the modem got a new one with a new data
+session) or a new port (the agent's ``rebind``), it opens a new mapping on a new port, so
+the cloud sees the edge at a new endpoint and learns it by WireGuard's roaming (the next
+authenticated packet), as in the field. The same source keeps its mapping, whatever
+happens behind it: a Flannel restart re-creates the device on port 51820, same flow.
 
 Why a relay and not an nftables rule in the edge: on veth, a packet sent while TX offload is
 on reaches the peer as CHECKSUM_PARTIAL and is never verified, so ``udp checksum set`` in
@@ -164,10 +166,11 @@ def relay(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one event loop, 
                 if edge_addr is not None:
                     edge_side.sendto(data, edge_addr)
                 continue
-            if edge_addr is not None and addr[0] != edge_addr[0]:
-                # The edge came back with a new address (a new data session): like a
-                # carrier NAT, a new mapping, so the cloud sees the edge from a new
-                # endpoint and must learn it from the next authenticated packet (roaming).
+            if edge_addr is not None and addr != edge_addr:
+                # The edge came back with a new address (a new data session) or port (a
+                # rebind): like a carrier NAT, a new mapping, so the cloud sees the edge
+                # from a new endpoint and must learn it from the next authenticated packet
+                # (roaming).
                 sel.unregister(cloud_side)
                 cloud_side.close()
                 cloud_side = mapping(0)

@@ -258,6 +258,10 @@ class Scenario:
     """TOML added to every agent's config (``{wg}``: the edge's tunnel device)."""
     agent_extra_tuned: str = ""
     """TOML added after ``agent_extra`` at the lab's tuning only (not with ``--field``)."""
+    uplinks: int = 1
+    """2: every edge has a second uplink (the failover scenario)."""
+    carrier_nat: bool = False
+    """The carriers' NAT keeps stale mappings (:mod:`edgeheal.lab.carriernat`)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
@@ -270,7 +274,8 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
                   offload_on_at_boot=scenario.offload_on_at_boot, field=field,
                   modem=scenario.modem, collector_payload=scenario.collector_payload,
                   agent_extra=scenario.agent_extra + (
-                      "" if field else scenario.agent_extra_tuned))
+                      "" if field else scenario.agent_extra_tuned),
+                  uplinks=scenario.uplinks, carrier_nat=scenario.carrier_nat)
     budget = scenario.budget * FIELD_BUDGET if field else scenario.budget
     lab: Lab | None = None
     began = time.monotonic()

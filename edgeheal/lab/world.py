@@ -116,6 +116,14 @@ class Edge:
     modem_bus: str = ""
     """Address of the private D-Bus where this edge's stand-in ModemManager runs ("": no
     modem in this world)."""
+    uplink_peer: str = ""
+    """The carrier's end of the uplink veth (set down: the edge's uplink loses carrier)."""
+    uplink2: str = ""
+    """The second uplink (``uplinks=2``), ``10.62.i.2`` to the carrier's ``10.62.i.1``;
+    "" in a one-uplink world."""
+    public_ip: str = ""
+    """The edge's public address at the carrier's NAT ("": no carrier NAT in this world,
+    the cloud sees the carrier's own address)."""
 
     @property
     def edge_ip(self) -> str:
@@ -149,7 +157,8 @@ class World:
     def __init__(self, workdir: Path, *, edges: int = 1, agent: bool = True,
                  offload_on_at_boot: bool = True, field: bool = False,
                  modem: bool = False, collector_payload: int = 0,
-                 agent_extra: str = "") -> None:
+                 agent_extra: str = "", uplinks: int = 1,
+                 carrier_nat: bool = False) -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
         self.field = field
@@ -165,7 +174,14 @@ class World:
         self.collector_payload = collector_payload
         """Bytes of each collector reading (0: a small JSON reading, as always)."""
         self.agent_extra = agent_extra
-        """TOML added to every agent's config (``{wg}`` names the edge's tunnel device)."""
+        """TOML added to every agent's config (``{wg}`` names the edge's tunnel device,
+        ``{uplink}`` and ``{uplink2}`` its uplinks)."""
+        self.uplinks = uplinks
+        """2: each edge has a second uplink whose default route has a higher metric
+        (Ethernet at 100, LTE at 700, as NetworkManager orders them)."""
+        self.carrier_nat = carrier_nat
+        """The carriers map the edges' tunnel flows onto a public address that they can
+        move, keeping established flows on the old one (:mod:`edgeheal.lab.carriernat`)."""
         self.modems: dict[str, Any] = {}
         """edge name -> its FakeModemManager (edgeheal.lab.modemmanager)."""
         self.modem_units: dict[str, Any] = {}
@@ -200,6 +216,12 @@ class World:
         self._start_cloud_wireguard()
         self._start_broker()
         await self._start_kube()
+        if self.carrier_nat:
+            from edgeheal.lab import carriernat
+
+            for edge in self.edges:  # before the relay's first packet
+                edge.public_ip = carriernat.install(self.sandbox, edge, edge.cloud_ip,
+                                                    WG_PORT)
         for edge in self.edges:
             self._start_kube_proxy(edge)
             self._start_relay(edge)
@@ -221,12 +243,28 @@ class World:
                     wg_ifname=unique("wg"), private_key=private, public_key=public,
                     overlay=f"10.42.{10 + i}.0", pod_cidr=f"10.42.{10 + i}.0/24",
                     workdir=workdir)
-        self.sandbox.veth(ns, carrier, addr_a=f"{edge.edge_ip}/24",
-                          addr_b=f"{edge.carrier_edge_ip}/24", name_a=edge.uplink)
+        _, edge.uplink_peer = self.sandbox.veth(ns, carrier, addr_a=f"{edge.edge_ip}/24",
+                                                addr_b=f"{edge.carrier_edge_ip}/24",
+                                                name_a=edge.uplink)
         self.sandbox.veth(carrier, self.cloud, addr_a=f"{edge.carrier_cloud_ip}/24",
                           addr_b=f"{edge.cloud_ip}/24")
         run(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=carrier)
-        run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip], ns=ns)
+        if self.uplinks == 2:
+            edge.uplink2 = unique("v")
+            self.sandbox.veth(ns, carrier, addr_a=f"10.62.{i}.2/24",
+                              addr_b=f"10.62.{i}.1/24", name_a=edge.uplink2)
+            # the relay's address stays reachable over the second uplink when the first
+            # link is down (a carrier's gateway does not vanish with one access link)
+            run(["ip", "addr", "add", f"{edge.carrier_edge_ip}/32", "dev", "lo"],
+                ns=carrier)
+            run(["ip", "route", "add", "default", "via", f"10.62.{i}.1", "dev",
+                 edge.uplink2, "metric", "700"], ns=ns)
+            run(["ip", "route", "add", f"10.62.{i}.0/24", "via", edge.carrier_cloud_ip],
+                ns=self.cloud)
+            run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip, "dev",
+                 edge.uplink, "metric", "100"], ns=ns)
+        else:
+            run(["ip", "route", "add", "default", "via", edge.carrier_edge_ip], ns=ns)
         run(["ip", "route", "add", "default", "via", edge.cloud_ip], ns=carrier)
         for cluster_range in CLUSTER_RANGES:  # the cluster is reachable only via the tunnel
             run(["ip", "route", "add", "unreachable", cluster_range], ns=carrier)
@@ -373,7 +411,8 @@ class World:
         return agent_config.render(edge, mqtt_port=self.mqtt_port, shipped=self.field,
                                    uplink=bool(edge.modem_bus), remediation=remediation,
                                    extra=self.agent_extra.replace("{wg}", edge.wg_ifname)
-                                   + extra)
+                                   .replace("{uplink2}", edge.uplink2)
+                                   .replace("{uplink}", edge.uplink) + extra)
 
     def start_agent(self, edge: Edge, **kw: Any) -> None:
         edge.config_path.write_text(self.agent_config(edge, **kw))
@@ -427,6 +466,20 @@ class World:
         run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
         run(["ethtool", "-K", edge.uplink, "tx", "on"], ns=edge.ns)
 
+    def uplink_carrier(self, edge: Edge, on: bool) -> None:
+        """The first uplink loses its carrier (the carrier's end of the veth goes down),
+        and what NetworkManager does then: the device is deactivated, its address and
+        with it its default route removed, so the second uplink's route (metric 700)
+        carries; ``on``: carrier back, address and the metric-100 default route again."""
+        if not on:
+            run(["ip", "link", "set", edge.uplink_peer, "down"], ns=edge.carrier)
+            run(["ip", "addr", "flush", "dev", edge.uplink], ns=edge.ns)
+            return
+        run(["ip", "link", "set", edge.uplink_peer, "up"], ns=edge.carrier)
+        run(["ip", "addr", "add", f"{edge.edge_ip}/24", "dev", edge.uplink], ns=edge.ns)
+        run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip, "dev",
+             edge.uplink, "metric", "100"], ns=edge.ns)
+
     def drop_address(self, edge: Edge) -> None:
         """The modem drops its data session: the uplink keeps its carrier (link up) but
         loses its address, and with it the connected and default routes."""
@@ -438,6 +491,29 @@ class World:
         edge.host = host
         run(["ip", "addr", "add", f"{edge.edge_ip}/24", "dev", edge.uplink], ns=edge.ns)
         run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
+
+    def renumber_public(self, edge: Edge, host: int) -> str:
+        """The carrier moves the edge to a new public address; the established tunnel flow
+        keeps the old, now dead one (a carrier NAT's stale mapping). Returns the new one."""
+        from edgeheal.lab import carriernat
+
+        if not edge.public_ip:
+            raise LabError("this world has no carrier NAT (World(carrier_nat=True))")
+        edge.public_ip = carriernat.renumber(self.sandbox, edge, edge.cloud_ip, WG_PORT,
+                                             old=edge.public_ip, host=host)
+        return edge.public_ip
+
+    def nat_mappings(self, edge: Edge) -> list[str]:
+        """The carrier's live translations of the edge's tunnel flows (``port->ip:port``)."""
+        from edgeheal.lab import carriernat
+
+        return carriernat.mappings(edge, edge.cloud_ip, WG_PORT)
+
+    def listen_port(self, edge: Edge) -> int:
+        """The edge's WireGuard listen port, as ``wg show`` says."""
+        out = run(["wg", "show", edge.wg_ifname, "listen-port"], ns=edge.ns,
+                  check=False).stdout.strip()
+        return int(out) if out.isdigit() else 0
 
     def cloud_endpoint(self, edge: Edge) -> str:
         """Where the cloud sends this edge's tunnel packets (learned by roaming)."""

@@ -31,13 +31,17 @@ if TYPE_CHECKING:
     from edgeheal.config import Config
 
 BUILTIN = ("pod", "k3s_service", "modem_reconnect", "radio_cycle", "link_bounce",
-           "modemmanager_restart", "usb_reauthorize", "reboot")
+           "modemmanager_restart", "usb_reauthorize", "reboot", "rebind")
 """Remedy modules, in ``mode = "auto"``'s probe order: a Flannel pod on this node is the
 surer sign (DaemonSet Flannel), a K3s unit exists on every K3s node. The uplink ladder's
 rungs (``ladder = "uplink"``) follow; ``auto`` never considers them, and their order on
-the ladder is ``[remediation.uplink] rungs``."""
+the ladder is ``[remediation.uplink] rungs``. Then the rungs the Flannel ladder tries once
+before a restart (``ladder = "pre-restart"``, in this order)."""
 FLANNEL = "flannel"
 UPLINK = "uplink"
+PRE_RESTART = "pre-restart"
+"""The Flannel ladder's first rung: tried once per failure before the restart remedy
+(``rebind``); never picked by ``auto`` as the restart remedy."""
 
 
 class RemedyError(Exception):
@@ -124,7 +128,11 @@ class RemedyRegistration:
     validate: Validator = _no_rules
     ladder: str = FLANNEL
     """The ladder this remedy is a rung of: ``flannel`` (Flannel restarts; ``auto`` picks
-    among these) or ``uplink`` (the uplink ladder's rungs, never picked by ``auto``)."""
+    among these), ``pre-restart`` (the Flannel ladder's rung before the restart) or
+    ``uplink`` (the uplink ladder's rungs, never picked by ``auto``)."""
+    verify_bound: Callable[[Config], float] | None = None
+    """How long the actor waits for the cure after this remedy, seconds; None: the
+    ladder's own ``verify_timeout``."""
 
 
 _REGISTRY: dict[str, RemedyRegistration] = {}

@@ -31,6 +31,7 @@ import pytest
 
 from edgeheal.lab import nsutil
 from edgeheal.lab.mosquitto import Mosquitto
+from edgeheal.lab.netns import run
 from edgeheal.lab.wireguard import WgMesh
 from tests.support import until
 
@@ -74,6 +75,9 @@ async def test_the_metrics_match_the_golden_file_and_pass_promtool(tmp_path: Pat
         edge, cloud, other = mesh.nodes
         broker = Mosquitto(mesh.sandbox, tmp_path, ns=edge.ns)
         broker.start()
+        # a default route through the first uplink: the active uplink has a sample
+        run(["ip", "route", "add", "default", "via", "10.200.0.2", "dev", edge.uplinks[1]],
+            ns=edge.ns)
         port = 9917
         conf = tmp_path / "edgeheal.toml"
         conf.write_text(f"""
@@ -104,6 +108,12 @@ timeout = "1s"
 [pmtu]
 interface = "{edge.ifname}"
 wait = "1s"
+[control]
+servers = ["127.0.0.1:{broker.port}"]
+[uplink]
+interfaces = ["{edge.uplinks[1]}", "{edge.uplinks[2]}"]
+modem_manager = false
+costs = [{{interface = "{edge.uplinks[2]}", cost = 200}}]
 [alerts]
 target = "direct"
 [remediation]
@@ -118,7 +128,8 @@ dry_run = true
 
         wanted = (r"edgeheal_alerts_published_total [1-9]", r'connect_seconds\{target="direct"',
                   r'watched="false"', r"handshake_age_seconds\{",
-                  r'runs_total\{check="tunnel",result="completed"\} [1-9]')
+                  r'runs_total\{check="tunnel",result="completed"\} [1-9]',
+                  r"edgeheal_uplink_active_cost\{")
         seen = {"text": ""}
 
         def complete() -> str | None:

@@ -89,3 +89,18 @@ async def test_rejected_credentials_fail_without_showing_the_token(
 async def test_no_kubernetes_section_is_a_skip() -> None:
     (found,) = await kubernetes.api(config(), edge().system())
     assert found.result is Result.SKIP
+
+
+async def test_the_control_check_needs_its_lease_and_node_by_name(api: FakeKube,
+                                                                 tmp_path: Path) -> None:
+    control = '[control]\nservers = ["203.0.113.5:6443"]\n'
+    cfg = config(control + kube_config(api, tmp_path))
+    _, rbac = await kubernetes.api(cfg, edge().system())
+    assert rbac.result is Result.OK, rbac.found
+    assert f"get leases.coordination.k8s.io {cfg.node} in namespace kube-node-lease" \
+        in rbac.detail["granted"]
+    assert f"get nodes {cfg.node} (cluster-scoped)" in rbac.detail["granted"]
+    api.deny(USER, "get", "leases.coordination.k8s.io", "kube-node-lease")
+    _, rbac = await kubernetes.api(cfg, edge().system())
+    assert rbac.result is Result.WARN
+    assert "(needed for the control check)" in rbac.found

@@ -21,7 +21,7 @@ NODE, OTHER = "edge-1", "edge-2"
 NS = "kube-flannel"
 AGENT_USER = "system:serviceaccount:kube-flannel:edgeheal-edge-1"
 ADMIN_VERBS = ("get", "list", "watch", "delete", "create", "patch")
-ADMIN_RESOURCES = ("pods", "nodes", "nodes/status", "events")
+ADMIN_RESOURCES = ("pods", "nodes", "nodes/status", "events", "leases.coordination.k8s.io")
 
 
 def kubectl_binary() -> str:

@@ -87,12 +87,13 @@ async def test_auth_can_i_and_whoami_for_the_agents_account(agent: Credentials,
     answers = []
     for args in (("delete", "pods", "-n", NS), ("watch", "pods", "-n", NS),
                  ("delete", "pods", "-n", "default"), ("create", "events", "-n", "default"),
-                 ("patch", "nodes", "--subresource=status"), ("get", "nodes"),
-                 ("get", "secrets", "-n", NS)):
+                 ("patch", "nodes", "--subresource=status"), ("list", "nodes"),
+                 ("get", "secrets", "-n", NS), ("get", "nodes"),
+                 ("get", "leases", "-n", "kube-node-lease")):
         result = await kubectl("auth", "can-i", *args)
         answers.append((result.rc, result.out.strip()))
     assert answers == [(0, "yes"), (0, "yes"), (1, "no"), (0, "yes"),
-                                             (0, "yes"), (1, "no"), (1, "no")]
+                       (0, "yes"), (1, "no"), (1, "no"), (0, "yes"), (0, "yes")]
     whoami = await kubectl("auth", "whoami", "-o", "json")
     assert whoami.rc == 0, whoami.err
     info = whoami.json()["status"]["userInfo"]

@@ -3,6 +3,10 @@ every later correction is drift (counted by cause, logged, emitted once)."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+import pytest
 from prometheus_client import CollectorRegistry
 
 from edgeheal.checks import Serving
@@ -10,7 +14,7 @@ from edgeheal.checks import offload as offload_check
 from edgeheal.checks.offload.enforcer import DRIFT_EVENT, Enforcer
 from edgeheal.model import Event, State
 from tests.offload.helpers import CSUM, FixtureSource, fixture
-from tests.support import context
+from tests.support import context, until
 
 
 def _corrections(reg: CollectorRegistry, iface: str, cause: str) -> float:
@@ -109,3 +113,62 @@ async def test_the_check_serves_the_reconciler_and_reports_through_the_table() -
         assert result.reason == "ok"
     finally:
         await check.close()
+
+
+class _Indexed(FixtureSource):
+    """Recorded features, with ifindexes, and a rename as udev does it."""
+
+    def __init__(self, interfaces: dict[str, int]) -> None:
+        super().__init__({name: fixture("qeth") for name in interfaces})
+        self.indexes = dict(interfaces)
+
+    def index(self, ifname: str) -> int:
+        return self.indexes.get(ifname, 0)
+
+    def name(self, ifindex: int) -> str | None:
+        return next((n for n, i in self.indexes.items() if i == ifindex), None)
+
+    def rename(self, old: str, new: str) -> None:
+        self.state[new], self.indexes[new] = self.state.pop(old), self.indexes.pop(old)
+
+
+async def test_a_hot_plug_is_recorded_once_udev_has_renamed_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """udev busy with the link past ``settle`` (a loaded box): the record waits, then names
+    the final interface; nothing is counted under the kernel's temporary name."""
+    from edgeheal.checks.offload import enforcer as module
+
+    busy = {7}
+    monkeypatch.setattr(module, "udev_busy_with", lambda ifindex: ifindex in busy)
+    source = _Indexed({"wwan0": 3})
+    reg, events = CollectorRegistry(), list[Event]()
+    enforcer = Enforcer(("wwan*", "eth*"), CSUM, registry=reg, emit=events.append,
+                        source=lambda: source, settle=0.05)
+    try:
+        await enforcer.reconcile("boot")
+        source.state["eth0"], source.indexes["eth0"] = fixture("qeth"), 7  # plugged in
+        source.turn_on("eth0", "tx-checksum-ipv4")
+        await enforcer.reconcile("link_event", only="eth0", defer=True)
+        await asyncio.sleep(0.3)  # six settle periods: udev still busy, nothing recorded
+        assert events == []
+        source.rename("eth0", "wwan1")
+        busy.clear()
+        await enforcer.reconcile("link_event", only="wwan1", defer=True)  # the rename event
+        await until(lambda: len(events) == 1, within=5.0, what="the deferred record")
+        assert events[0].detail["interface"] == "wwan1"
+        assert _corrections(reg, "wwan1", "link_event") == 1
+        assert _corrections(reg, "eth0", "link_event") == 0
+    finally:
+        await enforcer.close()
+
+
+def test_udev_is_busy_only_where_it_runs_and_has_not_written_the_link(tmp_path: Path) -> None:
+    from edgeheal.boundaries.kernel.link_events import udev_busy_with
+
+    assert udev_busy_with(5, tmp_path) is False  # no udevd here (a container)
+    (tmp_path / "control").touch()
+    assert udev_busy_with(5, tmp_path) is True  # udevd runs, no entry for link 5 yet
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "n5").touch()
+    assert udev_busy_with(5, tmp_path) is False
+    assert udev_busy_with(6, tmp_path) is True

@@ -100,6 +100,13 @@ def outbox_ids(box: nspawn.Container) -> list[str]:
     return box.run(["python3", "-c", script, f"{STATE}/alerts.sqlite3", query]).stdout.split()
 
 
+def outbox_format(box: nspawn.Container) -> int:
+    script = ("import sqlite3, sys\n"
+              "db = sqlite3.connect(f'file:{sys.argv[1]}?mode=ro', uri=True)\n"
+              "print(db.execute('PRAGMA user_version').fetchone()[0])")
+    return int(box.run(["python3", "-c", script, f"{STATE}/alerts.sqlite3"]).stdout)
+
+
 def history(box: nspawn.Container) -> dict[str, object]:
     data = json.loads(box.run(["cat", f"{STATE}/remediation-history.json"]).stdout)
     assert isinstance(data, dict)
@@ -157,6 +164,9 @@ def test_an_upgrade_restarts_once_and_keeps_the_edit_the_outbox_and_the_history(
     after_ids = outbox_ids(node)
     assert after_ids[:len(before_ids)] == before_ids
     assert history(node)["paused_until_boottime"] == before_history["paused_until_boottime"]
+    # both state files say their format (tests/upgrade reads release 0.2.0's unversioned ones)
+    assert outbox_format(node) == 1
+    assert history(node)["format"] == 1
     assert livez(node) == 200
 
 

@@ -243,7 +243,13 @@ def test_diagnose_on_a_kernel_device_healthy_then_the_incidents_look(vm: bed.VM)
               "policy accept;\\n udp dport 51820 drop\\n }\\n}\\n' | ip netns exec db nft -f -; "
               "pb=$(wg pubkey </tmp/dkb); ip netns exec da wg set wgd peer $pb remove; "
               "ip netns exec da wg set wgd peer $pb endpoint 10.50.0.2:51820 "
-              "allowed-ips 10.51.0.2/32 persistent-keepalive 3")
+              "allowed-ips 10.51.0.2/32 persistent-keepalive 3; "
+              # the cloud's old session goes too (the incident's expired session): else its
+              # keepalives, which da can no longer decrypt, read as a live tunnel when a
+              # slow guest's capture starts late (seen at load 10)
+              "pa=$(wg pubkey </tmp/dka); ip netns exec db wg set wgd peer $pa remove; "
+              "ip netns exec db wg set wgd peer $pa endpoint 10.50.0.1:51820 "
+              "allowed-ips 10.51.0.1/32 persistent-keepalive 3")
         res = vm.run(DIAGNOSE, timeout=180)
         assert res.rc == 1, res.out + res.err
         assert "VERDICT: handshakes are sent but never answered while TX checksum offload " \

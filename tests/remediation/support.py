@@ -34,7 +34,8 @@ node_condition = false
 
 
 def make_config(tmp_path: Path, extra: str = "", *, kube: str = NO_KUBE_SIDE) -> cfg.Config:
-    defaults = {"startup_grace": '"0s"', "cooldown": '"1s"', "verify_timeout": '"5s"'}
+    defaults = {"startup_grace": '"0s"', "cooldown": '"1s"', "verify_timeout": '"5s"',
+                "restart_jitter": '"0s"'}
     given = {line.split("=")[0].strip() for line in extra.splitlines() if "=" in line}
     extra = "\n".join([f"{k} = {v}" for k, v in defaults.items() if k not in given]
                       + [extra])

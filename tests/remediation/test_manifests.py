@@ -77,7 +77,13 @@ def test_the_flannel_role_is_exactly_the_least_privilege() -> None:
     verbs = {(r, v) for role in roles.values() for rule in role["rules"]
              for r in rule["resources"] for v in rule["verbs"]}
     assert verbs == {("pods", "get"), ("pods", "list"), ("pods", "watch"),
-                     ("pods", "delete"), ("events", "create"), ("nodes/status", "patch")}
+                     ("pods", "delete"), ("events", "create"), ("nodes/status", "patch"),
+                     ("leases", "get"), ("nodes", "get")}
+    # the control check's reads are of this node's own objects only, by name
+    named = {(tuple(rule["resources"]), tuple(rule.get("resourceNames") or ()))
+             for role in roles.values() for rule in role["rules"]
+             if set(rule["resources"]) & {"leases", "nodes"}}
+    assert named == {(("leases",), ("edge-1",)), (("nodes",), ("edge-1",))}
     # (test_kube_rbac.py derives the same set from the requests the agent's code makes)
     assert not any("*" in str(role["rules"]) for role in roles.values())
 

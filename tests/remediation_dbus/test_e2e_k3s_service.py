@@ -90,6 +90,7 @@ timeout = "1s"
 mode = "k3s-service"
 startup_grace = "0s"
 cooldown = "0s"
+restart_jitter = "0s"
 max_per_hour = 5
 verify_timeout = "30s"
 

@@ -61,7 +61,7 @@ class Node:
 
 def config(state_dir: Path, service_timeout: str = "10s", **remediation: object) -> Config:
     settings = {"mode": '"k3s-service"', "startup_grace": "0", "cooldown": "0",
-                "uplink_settle": "0",
+                "uplink_settle": "0", "restart_jitter": "0",
                 "max_per_hour": "10", "give_up_after": "2", "verify_timeout": "2",
                 **{k: str(v) for k, v in remediation.items()}}
     lines = "\n".join(f"{k} = {v}" for k, v in settings.items())

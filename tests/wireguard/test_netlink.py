@@ -94,3 +94,27 @@ async def test_without_the_kernel_module_a_device_is_reported_missing() -> None:
     # No WireGuard module on this machine: the real netlink path must say so clearly.
     with pytest.raises(wg.NoSuchDevice):
         await netlink.read("ehnosuchwg0")
+
+
+def test_the_listen_port_request_carries_the_name_and_the_port_only() -> None:
+    # WG_CMD_SET_DEVICE (1) with WGDEVICE_A_IFNAME (2, NUL-terminated string) and
+    # WGDEVICE_A_LISTEN_PORT (6, u16 host order): the kernel's wg_set_device then re-opens
+    # the sockets on the new port and keeps the peers (no WGDEVICE_F_REPLACE_PEERS)
+    import struct
+
+    msg = netlink.listen_port_request("flannel-wg", 40555)
+    msg["header"]["type"], msg["header"]["pid"] = 0x1F, 0
+    msg.encode()
+    data = bytes(msg.data)
+    cmd, _version = struct.unpack_from("=BB", data, 16)
+    assert cmd == 1
+    attrs, offset = {}, 20
+    while offset + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, offset)
+        attrs[kind] = data[offset + 4:offset + length]
+        offset += (length + 3) & ~3
+    assert set(attrs) == {2, 6}
+    assert attrs[2] == b"flannel-wg\0"
+    assert struct.unpack("=H", attrs[6]) == (40555,)
+    with pytest.raises(ValueError, match="out of range"):
+        netlink.listen_port_request("flannel-wg", 70000)

@@ -156,3 +156,56 @@ async def test_reading_a_live_wireguard_go_device(mesh: WgMesh,
     row = mesh.dump(a)[b.public_key]
     assert int(row[4]) == int(peer.last_handshake)
     assert a.private_key not in repr(dev) + caplog.text
+
+
+async def test_a_new_listen_port_is_learned_by_the_peer_from_the_next_packet(
+        mesh: WgMesh) -> None:
+    # the rebind remedy's mechanism: a's device moves to another port, keeps its peer and
+    # session, and b learns a's new endpoint from a's next authenticated packet (roaming)
+    import time
+
+    from edgeheal.lab.netns import run
+
+    a, b = mesh.nodes
+    mesh.wait_handshake(a, b)
+    await wg.set_listen_port(a.ifname, 40123)
+    assert (await wg.read_device(a.ifname)).listen_port == 40123
+    deadline = time.monotonic() + 20
+    endpoint = ""
+    while time.monotonic() < deadline:
+        run(["ping", "-c", "1", "-W", "1", b.overlay], ns=a.ns, check=False)
+        endpoint = mesh.dump(b)[a.public_key][2]
+        if endpoint == f"{a.underlay[b.index]}:40123":
+            break
+        await asyncio.sleep(0.2)
+    assert endpoint == f"{a.underlay[b.index]}:40123"
+    ping = run(["ping", "-c", "1", "-W", "2", a.overlay], ns=b.ns, check=False)
+    assert ping.returncode == 0  # b's answers reach a at its new port
+
+
+async def test_a_listen_port_in_use_is_a_protocol_error_and_leaves_wireguard_go_unbound(
+        mesh: WgMesh) -> None:
+    # found here: wireguard-go closes its old sockets before it binds the new port, so a
+    # failed set leaves the device on no port at all (listen_port 0); the rebind remedy
+    # therefore puts the old port back when a new one fails
+    from edgeheal.lab.nsutil import inside
+
+    a, _ = mesh.nodes
+    with inside(a.ns):
+        taken = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        taken.bind(("0.0.0.0", 40124))
+        with pytest.raises(wg.ProtocolError, match="listen_port=40124 answered errno="):
+            await wg.set_listen_port(a.ifname, 40124)
+    finally:
+        taken.close()
+    assert (await wg.read_device(a.ifname)).listen_port == 0
+    await wg.set_listen_port(a.ifname, 51820)
+    assert (await wg.read_device(a.ifname)).listen_port == 51820
+
+
+async def test_setting_a_port_out_of_range_is_refused_before_asking(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="out of range"):
+        await uapi.set_listen_port("ehx", 0, uapi_dir=tmp_path)
+    with pytest.raises(wg.NoSuchDevice):
+        await uapi.set_listen_port("ehx", 40000, uapi_dir=tmp_path)

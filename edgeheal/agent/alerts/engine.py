@@ -109,11 +109,16 @@ class AlertEngine:
         self.link = link
         self._mqtt_paths = {t.name: t.path for t in cfg.mqtt.targets}
         self.metrics = AlertMetrics(ctx.registry, wall=self.wall)
+        if link is not None:  # read at scrape time: it ends when the takeovers stop
+            self.metrics.duplicate.set_function(lambda: 1.0 if link.duplicate else 0.0)
         self._wake = asyncio.Event()
         self._alert_test = AlertTest(self)
         self._status_doc: dict[str, Any] | None = None
         self._status_sent: dict[str, Any] | None = None
         self._closed = False
+        self._takeovers_seen = 0
+        self._duplicate_said = False
+        """``alerts.duplicate_client_id`` is raised once per run."""
         self._problems = self._load_problems()
         self._tunnel_checks = (checks.role("tunnel").module, *targets(cfg, "tunnel"))
         """The checks whose problem remediation acts on (see :meth:`tunnel_problem`)."""
@@ -126,6 +131,9 @@ class AlertEngine:
         self.outbox.post(self._gauges)
         for reset in self.outbox.resets:
             self._state_reset(reset)
+        if self.outbox.newer is not None:  # a downgrade: alerts in memory, the file untouched
+            self.raise_alert("agent.state_newer", self.outbox.newer.describe(),
+                             self.outbox.newer.detail())
         if self.outbox.lost_unknown:
             self.raise_alert(DROPPED_KIND, "the alert outbox was corrupt and was moved aside; "
                              "an unknown number of undelivered alerts were lost",
@@ -348,7 +356,7 @@ class AlertEngine:
         while not link.closing:
             began = self.ctx.clock()
             try:
-                await link.run(will=self.will, on_state=lambda _state: self._wake.set())
+                await link.run(will=self.will, on_state=lambda _state: self._link_changed(link))
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -357,6 +365,25 @@ class AlertEngine:
                 delay = 1.0
             await asyncio.sleep(delay)
             delay = min(delay * 2, LINK_RESTART_MAX)
+
+    def _link_changed(self, link: Link) -> None:
+        """Every change of the link's state: wake the drain; count session takeovers and
+        say once that another client uses our client id (``alerts.duplicate_client_id``)."""
+        self._wake.set()
+        takeovers = link.takeovers
+        if takeovers.total > self._takeovers_seen:
+            self.metrics.taken_over.inc(takeovers.total - self._takeovers_seen)
+            self._takeovers_seen = takeovers.total
+        if link.duplicate and not self._duplicate_said:
+            self._duplicate_said = True
+            self.raise_alert(
+                "alerts.duplicate_client_id",
+                f"the alert broker ended this agent's session {takeovers.total} times "
+                f"because another client connected with its client id "
+                f"{takeovers.client_id}: two agents with node_name {self.node} on one "
+                "broker? Give each node its own node_name",
+                {"client_id": takeovers.client_id, "takeovers": takeovers.total,
+                 "evidence": takeovers.how, "target": link.target.name})
 
     async def close(self) -> None:
         """Clean shutdown: retained ``offline`` status, DISCONNECT, clean-exit mark."""
@@ -383,7 +410,16 @@ class AlertEngine:
                 "outbox_depth": self._depth if not self._closed else None,
                 "outbox": {"state": box.fault or "ok", "message": box.fault_message,
                            "memory_queue": box.memory_depth},
-                "open_problems": {n: p.correlation for n, p in self._problems.open.items()}}
+                "open_problems": {n: p.correlation for n, p in self._problems.open.items()},
+                **self._takeover_view()}
+
+    def _takeover_view(self) -> dict[str, Any]:
+        if self.link is None:
+            return {}
+        takeovers = self.link.takeovers
+        return {"session_taken_over": {
+            "client_id": takeovers.client_id, "total": takeovers.total,
+            "duplicate_client_id": self.link.duplicate, "evidence": takeovers.how or None}}
 
 
 def _dropped_message(total: int) -> str:

@@ -30,6 +30,10 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
     "remediation.skipped": Kind(
         "warning", "The tunnel failed but edgeheal did not restart it; `detail.reason` "
         "names the safeguard (e.g. `direct_path_down`: an uplink or cloud outage)."),
+    "fleet.hold_refused": Kind(
+        "warning", "A message on `<topic_prefix>/fleet/hold` was refused and not obeyed "
+        "(`detail.why`: not JSON, an unknown key, no `until`, a hold longer than "
+        "`[fleet] max_hold`, ...); said once per message."),
     "remediation.circuit_open": Kind(
         "critical", "`give_up_after` restarts did not cure the tunnel: no more restarts "
         "until it is healthy again or `edgeheal remediation reset`. A human is needed."),
@@ -60,6 +64,21 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
         "warning", "A state file (or record) the agent could not use — damaged, too large, "
         "nested too deep or of the wrong shape — was moved aside and the agent started "
         "afresh without it: `detail.file`, `detail.reason`, `detail.moved_to`."),
+    "agent.state_newer": Kind(
+        "warning", "A state file is of a newer format than this build reads (written by a "
+        "later release: a downgrade). It is left untouched and that state is kept in memory "
+        "for this run (the outbox holds alerts in memory; a history starts empty, so its "
+        "budget and circuit are not enforced from the file): `detail.file`, "
+        "`detail.format`, `detail.known_format`. Upgrade again, or move the file aside."),
+    "alerts.duplicate_client_id": Kind(
+        "critical", "The alert broker keeps ending this agent's session because another "
+        "client connects with the same client id (MQTT's session takeover, "
+        "3 times in 10 minutes): usually two agents with the same "
+        "`node_name` on one broker, knocking each other off; alerts are delayed and the "
+        "broker check flaps. Raised once per run: `detail.client_id`, `detail.takeovers`, "
+        "`detail.evidence` (`session_taken_over`: MQTT 5's reason 0x8E; "
+        "`closed_by_broker`: a clean close with no reason, as MQTT 3.1.1 and older "
+        "Mosquitto releases do it)."),
     "agent.test": Kind("info", "A test alert asked for with `edgeheal alert test`."),
     "alerts.dropped": Kind(
         "warning", "Undelivered alerts were lost, oldest first: `detail.dropped` of them; "

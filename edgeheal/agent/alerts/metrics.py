@@ -65,6 +65,15 @@ class AlertMetrics:
         self.memory = Gauge("edgeheal_alerts_memory_queue",
                             "Alerts held in memory because the outbox database cannot "
                             "be written.", registry=registry)
+        self.taken_over = Counter(
+            "edgeheal_alerts_session_taken_over", "Connections to the alert broker it ended "
+            "because another client connected with our client id (MQTT 5 DISCONNECT 0x8E, "
+            "or a clean close by the broker after CONNACK).",
+            registry=registry)
+        self.duplicate = Gauge(
+            "edgeheal_alerts_duplicate_client_id", "1 while another client uses this "
+            "agent's client id on the alert broker (session takeovers, repeatedly: two "
+            "agents with one node_name), else 0.", registry=registry)
 
     def refresh(self, *, depth: int, oldest_raised: float | None, memory_depth: int,
                 fault: str | None) -> None:

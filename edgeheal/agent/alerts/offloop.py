@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from edgeheal.agent.alerts.outbox import Entry, Outbox
-from edgeheal.base.statefile import Reset
+from edgeheal.base.statefile import Newer, Reset
 from edgeheal.base.writer import Writer
 
 P = ParamSpec("P")
@@ -92,6 +92,10 @@ class OffLoopOutbox:
     @property
     def resets(self) -> list[Reset]:
         return self.core.resets
+
+    @property
+    def newer(self) -> Newer | None:
+        return self.core.newer
 
     # --- the outbox's operations, on the writer thread ------------------------------------
 

@@ -23,7 +23,10 @@ in-memory queue dies with the process; a row committed here survives it.
   if the broker is reachable, and written to the database as soon as a retry (every
   :data:`RETRY_EVERY` seconds) succeeds. :attr:`Outbox.fault` says which fault is in
   force (``/status``, metrics); the outbox never raises for one, so raising an alert can
-  never crash a check loop. Rows of the wrong types, and ``seq_exhausted``: ``outbox_file``.
+  never crash a check loop. A file of a newer format (``PRAGMA user_version``, a downgrade)
+  is the fault ``newer_format``: held in memory the same way, and the file is never opened
+  for writing, moved aside or counted (:attr:`Outbox.newer`). Rows of the wrong types,
+  ``seq_exhausted`` and the format: ``outbox_file``.
 
 The queue is here, the file in ``outbox_file``, the fault classes in ``outbox_faults``; an
 :class:`Outbox` blocks on fsync, so the agent runs it off its loop (``offloop``).
@@ -41,7 +44,7 @@ from pathlib import Path
 from edgeheal.agent.alerts import outbox_file as db_file
 from edgeheal.agent.alerts.outbox_faults import FAULTS, classify
 from edgeheal.agent.alerts.outbox_file import Entry, OutboxError
-from edgeheal.base.statefile import Reset
+from edgeheal.base.statefile import Newer, NewerFormat, Reset
 
 log = logging.getLogger("edgeheal.alerts.outbox")  # the name operators grep for
 
@@ -87,6 +90,8 @@ class Outbox:
         self._drops: dict[str, int] = {}
         self.lost_unknown = False  # a corrupt file moved aside, its alerts not countable
         self.resets: list[Reset] = []
+        self.newer: Newer | None = None
+        """The file is of a newer format (a downgrade): never written while this is set."""
         try:
             self.existed = self.path.exists()
         except OSError:
@@ -99,9 +104,19 @@ class Outbox:
         try:
             self._db = db_file.open_db(self.path)
             bad, aside = db_file.set_aside_bad_rows(self._db, self.path, self.wall())
+        except NewerFormat as err:
+            self._close_db()
+            if self.fault != "newer_format":
+                log.error("alert outbox %s; alerts are kept in memory (at most %d)",
+                          err.newer.describe(), self.memory_max)
+            self.newer = err.newer
+            self.fault, self.fault_message = "newer_format", str(err)
+            self._last_retry = self.clock()
+            return False
         except (sqlite3.Error, OSError) as err:
             self._close_db()
             return self._fail(err, "opening")
+        self.newer = None  # (a newer file an operator moved aside meanwhile)
         if aside is not None:  # rows of the wrong types: said (agent.state_reset), counted
             self.resets.append(aside)
             self._drops["outbox_corrupt"] = self._drops.get("outbox_corrupt", 0) + bad

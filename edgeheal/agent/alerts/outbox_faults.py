@@ -15,9 +15,10 @@ import os
 from pathlib import Path
 
 FAULTS = ("corrupt", "permission", "read_only", "locked", "disk_full", "io_error",
-          "seq_exhausted")
+          "seq_exhausted", "newer_format")
 """What can be wrong with the outbox database (:func:`classify`; ``seq_exhausted``, which
-SQLite reports as ``disk_full``, is told apart by the outbox, which can look at the file)."""
+SQLite reports as ``disk_full``, is told apart by the outbox, which can look at the file;
+``newer_format``, a file of a later release, is found before SQLite is asked to write)."""
 
 # SQLite primary result codes (extended codes carry them in the low byte)
 _SQLITE = {11: "corrupt", 26: "corrupt", 13: "disk_full", 8: "read_only", 5: "locked",

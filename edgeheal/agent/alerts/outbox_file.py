@@ -14,6 +14,12 @@ SQLITE_FULL, "disk is full": the outbox calls it ``seq_exhausted`` (:func:`seq_e
 holds new alerts in memory while the queued ones drain, then numbers from 1 again
 (:func:`restart_seq_if_empty`).
 
+**Format.** ``PRAGMA user_version`` is the file's format, :data:`FORMAT`. Release 0.2.0
+left it 0: the same schema, so :func:`open_db` reads such a file as it is and stamps it 1.
+A file of a newer format (a downgrade) is never opened for writing: :func:`open_db` looks at
+it read-only first and raises :class:`~edgeheal.base.statefile.NewerFormat` (the outbox then
+holds alerts in memory and leaves the file alone; :mod:`edgeheal.base.statefile`).
+
 The connection is made with ``check_same_thread=False``: the agent uses it from the
 outbox's one writer thread (:mod:`edgeheal.base.writer`), which may not be the thread that
 opened it; every use is serialised by that thread, never concurrent.
@@ -27,7 +33,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgeheal.base.statefile import Reset
+from edgeheal.base.statefile import Newer, NewerFormat, Reset
 
 log = logging.getLogger("edgeheal.alerts.outbox")  # the outbox's, as operators grep for it
 
@@ -45,6 +51,9 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 """
 
+
+FORMAT = 1
+"""The outbox file's format (``PRAGMA user_version``; 0 is release 0.2.0's, the same one)."""
 
 CACHE_KIB = 512
 """SQLite's page cache, KiB (its default is 2000). Every :meth:`Outbox.add` counts the rows,
@@ -70,9 +79,34 @@ class Entry:
     payload: bytes
 
 
+def format_of(path: Path) -> int | None:
+    """The file's ``user_version``, read without changing anything (None: no file, or
+    SQLite cannot read it: :func:`open_db` then tells why). ``mode=ro`` while a writer has
+    it open (its ``-wal`` exists), else ``immutable=1``: a read-only open of a WAL database
+    would otherwise leave new ``-wal``/``-shm`` files behind."""
+    if not path.exists():
+        return None
+    wal = path.with_name(path.name + "-wal").exists()
+    try:
+        uri = f"{path.absolute().as_uri()}?{'mode=ro' if wal else 'immutable=1'}"
+        db = sqlite3.connect(uri, uri=True, timeout=LOCK_WAIT)
+    except sqlite3.Error:
+        return None
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error:
+        return None
+    finally:
+        db.close()
+
+
 def open_db(path: Path) -> sqlite3.Connection:
     """Open (create) the outbox file in WAL mode with ``synchronous=FULL``; raise
-    :class:`sqlite3.Error` or :class:`OSError` if it cannot hold that promise."""
+    :class:`sqlite3.Error` or :class:`OSError` if it cannot hold that promise, and
+    :class:`NewerFormat` (touching nothing) if it is of a newer format than :data:`FORMAT`."""
+    found = format_of(path)
+    if found is not None and found > FORMAT:
+        raise NewerFormat(Newer(path.name, found, FORMAT))
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, isolation_level=None, timeout=LOCK_WAIT,
                          check_same_thread=False)
@@ -86,6 +120,8 @@ def open_db(path: Path) -> sqlite3.Connection:
         db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         db.executescript(SCHEMA)
         db.execute("SELECT COUNT(*) FROM outbox").fetchone()
+        if int(db.execute("PRAGMA user_version").fetchone()[0]) < FORMAT:
+            db.execute(f"PRAGMA user_version = {FORMAT}")  # new, or 0.2.0's: the same schema
     except BaseException:
         db.close()
         raise

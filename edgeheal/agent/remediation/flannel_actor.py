@@ -22,6 +22,13 @@ Events (alerts): ``remediation.restarted``, ``.recovered``, ``.failed``, ``.skip
 (once per failure episode and skip reason, not every second), ``.circuit_open``; the same
 moments go to the Node (:mod:`edgeheal.agent.remediation.reporting`).
 
+**The first rung.** A ``pre-restart`` remedy (``rebind``, opt-in) is resolved with the
+restart remedy and offered to the policy (``TunnelView.first_rung``); a decision that names
+it (``Action.rung``) runs it in place of the restart remedy, with the same records, events
+and verification, waiting at most that remedy's own ``verify_bound``. Its attempts are
+counted as ``action=<its mode>`` (each (mode, result) at 0 from the start when it can exist
+in this configuration).
+
 **One actor for every ladder.** The uplink ladder
 (:class:`edgeheal.agent.remediation.uplink_actor.UplinkRemediator`) is this class with its own
 evidence: it overrides the hooks marked *ladder hook* (what to decide on, which remedy a
@@ -37,6 +44,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import random
 import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -44,7 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from edgeheal import remedies
 from edgeheal.agent.remediation import modes, operator
 from edgeheal.agent.remediation.history import HISTORY_FILE, Store, Timeline, boot_id, boottime
-from edgeheal.agent.remediation.metrics import KNOWN, LadderMetrics
+from edgeheal.agent.remediation.metrics import KNOWN, RESTART_RESULTS, LadderMetrics
 from edgeheal.agent.remediation.reporting import NodeReporter
 from edgeheal.base import compat
 from edgeheal.core import flannel_ladder as policy
@@ -54,6 +62,7 @@ from edgeheal.model import Context, Event, Snapshot, State, rfc3339
 from edgeheal.remedies import Remedy, RemedyError
 
 if TYPE_CHECKING:
+    from edgeheal.base.statefile import Newer
     from edgeheal.boundaries.kube import KubeClient
 
 log = logging.getLogger("edgeheal.remediation.actor")  # the name operators grep for
@@ -87,18 +96,27 @@ class Remediator:
     WHAT: ClassVar[str] = "Flannel"
     SUBJECT: ClassVar[str] = "the tunnel"
     COUNTED: ClassVar[tuple[tuple[str, str], ...]] = KNOWN
+    OBEYS_FLEET_HOLD: ClassVar[bool] = True
+    """*ladder hook*: a fleet hold (``[fleet] hold``) stops this ladder (the uplink's: no)."""
     """*ladder hook*: the (action, result) pairs counted, each at 0 from the start."""
 
     def __init__(self, ctx: Context, *, remedy_factory: modes.RemedyFactory | None = None,
                  kube: KubeClient | None = None,
                  boot_clock: Callable[[], float] = boottime, boot: str | None = None,
-                 tick: float = TICK, settings: Any = None) -> None:
+                 tick: float = TICK, settings: Any = None,
+                 rng: random.Random | None = None) -> None:
         self.ctx = ctx
         self.config = ctx.config
         self.settings = settings if settings is not None else ctx.config.remediation
         self.clock, self.wall, self.boot_clock, self.tick = ctx.clock, ctx.wall, boot_clock, tick
         self._kube = kube
+        self.rng = rng or random.Random()  # noqa: S311 - restart jitter, not security
         self._make = remedy_factory or modes.factory(self.config, self.kube, self.LADDER)
+        self._make_first = remedy_factory or modes.factory(self.config, self.kube,
+                                                           remedies.PRE_RESTART)
+        self.first: Remedy | None = None
+        """The rung tried before a restart, usable on this node (None: none)."""
+        self.first_why = ""
         self._store = Store(self.config.agent.state_dir,
                             Timeline(boot_id=boot or boot_id(),
                                      offset=boot_clock() - self.clock()), name=self.HISTORY)
@@ -107,17 +125,27 @@ class Remediator:
             reset = self._store.reset
             self._emit("agent.state_reset", f"state file {reset.file} was unusable "
                        f"({reset.reason}); started afresh", reset.detail())
+        if self._store.newer is not None:  # a downgrade: the file waits, untouched
+            self._emit("agent.state_newer", self._store.newer.describe(),
+                       self._store.newer.detail())
         self.selection = modes.initial(self.configured_mode)
         self.last: Action | None = None
         self.busy: str | None = None
+        self._refused_seen: object = None
         self.announced: set[tuple[str, str]] = set()
         """(kind, reason) of skips and watches said once in this failure episode."""
         self.reporter = NodeReporter(self.config, self.kube)
-        metrics = LadderMetrics(ctx.registry, self.LADDER, self, self.COUNTED)
+        metrics = LadderMetrics(ctx.registry, self.LADDER, self,
+                                self.COUNTED + self.counted_rungs())
         self.restarts, self.duration = metrics.restarts, metrics.duration
         operator.register(self)
 
     # --- state -----------------------------------------------------------------------------
+
+    @property
+    def state_newer(self) -> Newer | None:
+        """The history file is of a newer format (kept in memory, never written), or None."""
+        return self._store.newer
 
     @property
     def remedy(self) -> Remedy | None:
@@ -156,11 +184,42 @@ class Remediator:
         return self._kube
 
     def view(self) -> dict[str, Any]:
-        return operator.view(self)
+        view = operator.view(self)
+        if self.config.fleet.hold and self.OBEYS_FLEET_HOLD:
+            view["fleet_hold"] = self.fleet_hold() or None
+        return view
 
     async def resolve(self) -> None:
-        """Pick the remedy (``auto``: probe in registry order) and say why."""
+        """Pick the remedy (``auto``: probe in registry order) and say why; and the rung
+        before it."""
         self.selection = await modes.resolve(self.config, self._make, self.selection)
+        await self.resolve_first()
+
+    def counted_rungs(self) -> tuple[tuple[str, str], ...]:
+        """*ladder hook*: the first rungs' (mode, result) pairs that can occur here."""
+        return tuple((reg.mode, result)
+                     for reg in remedies.registrations(remedies.PRE_RESTART)
+                     if not reg.unavailable(self.config) for result in RESTART_RESULTS)
+
+    async def resolve_first(self) -> None:
+        """The first usable ``pre-restart`` remedy (registry order), or none."""
+        first, why = None, []
+        for reg in remedies.registrations(remedies.PRE_RESTART):
+            if reg.unavailable(self.config):
+                continue
+            remedy = self._make_first(reg.mode)
+            if remedy is None:
+                continue
+            availability = await modes.probe(remedy)
+            why.append(f"{reg.mode}: {availability.why}")
+            if availability.usable:
+                first = remedy
+                break
+        text = "; ".join(why)
+        if (first, text) != (self.first, self.first_why) and why:
+            log.info("remediation: first rung %s (%s)",
+                     first.mode if first is not None else "none", text)
+        self.first, self.first_why = first, text
 
     # --- the loop --------------------------------------------------------------------------
 
@@ -176,9 +235,12 @@ class Remediator:
                 if snap is not last_snap or now - last_eval >= EVALUATE_EVERY:
                     last_snap, last_eval = snap, now
                     await self.evaluate(snap)
-                if self.reprobe_wanted() and now - last_probe >= REPROBE_EVERY:
+                if now - last_probe >= REPROBE_EVERY and self.reprobe_wanted():
                     last_probe = now
                     await self.resolve()
+                elif now - last_probe >= REPROBE_EVERY and self.first_wanted():
+                    last_probe = now  # the device may appear after the agent (Flannel)
+                    await self.resolve_first()
                 await self.ctx.changed(snap.version, self.tick)
         finally:
             self.reporter.cancel()
@@ -190,12 +252,38 @@ class Remediator:
         """*ladder hook*: probe the remedies again (every :data:`REPROBE_EVERY`)."""
         return self.settings.mode == modes.AUTO and self.remedy is None
 
+    def fleet_hold(self) -> str:
+        """The fleet hold that holds now, as people read it ("": none); a refused message
+        is alerted once (``fleet.hold_refused``) and otherwise ignored."""
+        link = self.ctx.alert_link
+        if not self.OBEYS_FLEET_HOLD or not self.config.fleet.hold or link is None:
+            return ""
+        heard = link.fleet_hold
+        if heard is None:
+            return ""
+        if heard.refused:
+            if heard is not self._refused_seen:
+                self._refused_seen = heard
+                self._emit("fleet.hold_refused", f"fleet hold refused: {heard.refused}",
+                           {"why": heard.refused})
+            return ""
+        if not heard.holds(self.wall()) or heard.until is None:
+            return ""
+        by = f" by {heard.by}" if heard.by else ""
+        return f"{heard.reason}{by}, until {rfc3339(heard.until)}"
+
+    def first_wanted(self) -> bool:
+        """A first rung can exist in this configuration but was not usable yet."""
+        return self.first is None and bool(self.counted_rungs())
+
     def tunnel_view(self, snap: Snapshot) -> policy.TunnelView:
         view = policy.view_of(snap, self.config,
                               mode=self.mode if self.remedy is not None else policy.NO_REMEDY,
                               booted_mono=self.clock() - self.boot_clock(),
-                              direct_was_down=self.history.direct_was_down)
-        seen = self.history.saw(view)
+                              direct_was_down=self.history.direct_was_down,
+                              fleet_hold=self.fleet_hold(),
+                              first_rung=self.first.mode if self.first is not None else "")
+        seen = policy.episode_over(view, self.history.saw(view))
         if seen is not self.history:
             self.store(seen)
         return view
@@ -215,10 +303,15 @@ class Remediator:
         """*ladder hook*: the pure decision on this snapshot."""
         view = self.tunnel_view(snap)
         self.reporter.follow(view)
-        return policy.decide(view, self.history, self.clock(), self.settings)
+        return policy.decide(view, self.history, self.clock(), self.settings,
+                             rand=self.rng.random)
 
     def remedy_for(self, action: Action) -> tuple[Remedy | None, str]:
         """*ladder hook*: the remedy an action uses, and its mode name."""
+        if action.rung:
+            first = self.first if self.first is not None and (
+                self.first.mode == action.rung) else None
+            return first, action.rung
         return self.remedy, self.mode
 
     async def before(self, action: Action, detail: Mapping[str, Any],
@@ -240,6 +333,8 @@ class Remediator:
                        {"reason": action.reason, "mode": self.mode})
             self.reporter.event(self.NODE_EVENTS["skipped"], action.message, warning=False)
         elif action.kind == "watch":
+            if action.until is not None and action.until != self.history.jitter_until:
+                await self.persist(self.history.waiting_until(action.until))
             if ("watch", action.reason) not in self.announced:
                 self.announced.add(("watch", action.reason))
                 log.warning("remediation: %s", action.message)
@@ -268,11 +363,12 @@ class Remediator:
         began, wall = self.clock(), self.wall()
         correlation = uuid.uuid4().hex[:12]
         remedy, mode = self.remedy_for(action)
+        counted, done = self._wording(action, mode)
         detail: dict[str, Any] = {"mode": mode, "reason": action.reason}
         if action.dry_run or remedy is None:
             log.warning("remediation DRY RUN: would restart %s (%s): %s", self.WHAT, mode,
                         action.message)
-            self.restarts.labels(action="restart", result="dry_run").inc()
+            self.restarts.labels(action=counted, result="dry_run").inc()
             self.store(self.history.with_record(Record(
                 mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
                 result="dry_run", duration=0.0)))
@@ -306,12 +402,12 @@ class Remediator:
                            {**detail, "result": "failed"}, correlation)
                 return
             target = outcome.target
-            self._emit(f"{self.KIND}.restarted", f"restarted {target}: {action.message}",
+            self._emit(f"{self.KIND}.restarted", f"{done} {target}: {action.message}",
                        {**detail, "target": target}, correlation)
             self.reporter.event(self.NODE_EVENTS["acted"],
-                                f"edgeheal restarted {target} ({action.reason})", warning=True)
+                                f"edgeheal {done} {target} ({action.reason})", warning=True)
             ready = self.clock()
-            recovered = await self._verify(ready)
+            recovered = await self._verify(ready, self.verify_timeout(mode))
             result = "recovered" if recovered else "not_recovered"
             if recovered:
                 self._emit(f"{self.KIND}.recovered",
@@ -322,8 +418,8 @@ class Remediator:
                                     warning=False)
             else:
                 self._emit(f"{self.KIND}.failed",
-                           f"restarted {target}, but {self.SUBJECT} did not recover within "
-                           f"{self.settings.verify_timeout:g}s",
+                           f"{done} {target}, but {self.SUBJECT} did not recover within "
+                           f"{self.verify_timeout(mode):g}s",
                            {**detail, "target": target, "result": result}, correlation)
         except asyncio.CancelledError:
             # the agent is stopping, during the restart or while verifying it: neither
@@ -334,12 +430,19 @@ class Remediator:
             duration = self.clock() - began
             self.busy = None
             self.duration.observe(duration)
-            self.restarts.labels(action="restart", result=result).inc()
+            self.restarts.labels(action=counted, result=result).inc()
             await self.persist(self.history.finished(Record(
                 mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
                 result=result, duration=duration, target=target)))
             log.info("remediation: restart %s after %.1fs (%s)", result, duration,
                      target or "no target")
+
+    def _wording(self, action: Action, mode: str) -> tuple[str, str]:
+        """The counter's ``action`` label and the verb of the messages: ``restart`` and
+        "restarted", or the first rung's mode and "<mode>:"."""
+        if action.rung and self.LADDER == remedies.FLANNEL:
+            return action.rung, f"{mode}:"
+        return "restart", "restarted"
 
     def _unfinished(self, err: Exception, mode: str) -> str:
         """What a restart that ended with ``err`` (not a RemedyError) says in its alert."""
@@ -352,17 +455,25 @@ class Remediator:
     def restart_bound(self, mode: str | None = None) -> float:
         """An outer bound on one restart (a stuck remedy must not hang the actor): the
         remedy's own limit from its registration, plus :data:`RESTART_MARGIN`."""
-        reg = remedies.by_mode(mode or self.mode, self.LADDER)
+        reg = remedies.by_mode(mode or self.mode, None)
         regs = [reg] if reg is not None else remedies.registrations(self.LADDER)
         return max((r.restart_bound(self.config) for r in regs), default=0.0) + RESTART_MARGIN
+
+    def verify_timeout(self, mode: str) -> float:
+        """How long to wait for the cure after ``mode``'s remedy: its own bound, else the
+        ladder's ``verify_timeout``."""
+        reg = remedies.by_mode(mode, None)
+        if reg is not None and reg.verify_bound is not None:
+            return reg.verify_bound(self.config)
+        return float(self.settings.verify_timeout)
 
     def verified_by(self) -> tuple[str, ...]:
         """*ladder hook*: the checks whose fresh ``ok`` means the remedy cured."""
         return (policy.WIREGUARD, *targets(self.config, "tunnel"))
 
-    async def _verify(self, since: float) -> bool:
+    async def _verify(self, since: float, within: float) -> bool:
         """Fresh ok results for every :meth:`verified_by` check, after ``since``."""
-        deadline = since + self.settings.verify_timeout
+        deadline = since + within
         wanted = self.verified_by()
         asked = -math.inf
         while self.clock() < deadline:

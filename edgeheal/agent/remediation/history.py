@@ -37,6 +37,13 @@ a count that is not a small integer: :mod:`edgeheal.base.statefile` bounds it) i
 (``.corrupt-<time>``) and the actor starts with an empty history: losing the history must
 never stop the monitoring. :class:`HistoryError` names the file; it is logged once, never
 fatal, and :attr:`Store.reset` says so for the ``agent.state_reset`` alert.
+
+**Format.** The file carries ``"format":`` :data:`FORMAT`; release 0.2.0 wrote none (its
+``"version": 1`` was never read) and its files are format 1, read as they are and given the
+field on the next save. A file of a newer format (a downgrade) is not read and never written:
+:attr:`Store.newer` says so, the actor starts with an empty history kept in memory for this
+run, and the file waits untouched for the release that wrote it
+(:mod:`edgeheal.base.statefile`).
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgeheal.base import statefile
-from edgeheal.base.statefile import Reset, StateFileError
+from edgeheal.base.statefile import Newer, NewerFormat, Reset, StateFileError
 from edgeheal.base.writer import Writer
 from edgeheal.core.safeguards import KEEP, History, Record
 
@@ -61,6 +68,8 @@ log = logging.getLogger("edgeheal.remediation.history")  # the name operators gr
 HISTORY_FILE = "remediation-history.json"
 MAX_FAILURES_IN_ROW = 1_000_000
 """A restarts-in-a-row count beyond this is not one the agent wrote."""
+FORMAT = 1
+"""The history file's format (0.2.0's files carry none: the same format, 1)."""
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
 
 
@@ -105,10 +114,11 @@ def save(path: Path, history: History, timeline: Timeline) -> None:
     elif history.paused_until is not None:
         paused = timeline.to_boot(history.paused_until)
     data = {
-        "version": 1, "boot_id": timeline.boot_id,
+        "format": FORMAT, "boot_id": timeline.boot_id,
         "failures_in_row": history.failures_in_row, "circuit_open": history.circuit_open,
         "paused_until_boottime": paused,
         "direct_was_down": history.direct_was_down,
+        "jitter_until_boottime": boot(history.jitter_until),
         "records": [{"boottime": boot(r.mono), "wall": r.wall, "mode": r.mode,
                      "reason": r.reason, "result": r.result, "duration": r.duration,
                      "target": r.target, "action": r.action} for r in history.records],
@@ -132,9 +142,14 @@ def save(path: Path, history: History, timeline: Timeline) -> None:
 
 
 def load(path: Path, timeline: Timeline) -> History:
-    """Read the history; a missing file is an empty history; raise HistoryError if corrupt."""
+    """Read the history; a missing file is an empty history; raise HistoryError if corrupt,
+    :class:`NewerFormat` if it is of a newer format than :data:`FORMAT`."""
     try:
         data = statefile.read(path)
+        if data is not None:
+            statefile.format_of(data, what=path.name, known=FORMAT)
+    except NewerFormat:
+        raise
     except StateFileError as err:
         raise HistoryError(f"remediation history {err}") from err
     except OSError as err:
@@ -160,12 +175,18 @@ def load(path: Path, timeline: Timeline) -> History:
             paused = math.inf
         elif raw_pause is not None and same_boot:
             paused = timeline.to_mono(float(raw_pause))
+        raw_jitter = data.get("jitter_until_boottime")
+        jitter = (timeline.to_mono(float(raw_jitter))
+                  if raw_jitter is not None and same_boot else None)
+        if jitter is not None and not math.isfinite(jitter):
+            raise ValueError("jitter_until_boottime is not a finite time")
         failures = data["failures_in_row"]
         if type(failures) is not int or not 0 <= failures <= MAX_FAILURES_IN_ROW:
             raise ValueError(f"failures_in_row {str(failures)[:20]} is not a count")
         return History(records=tuple(records[-KEEP:]), failures_in_row=failures,
                        circuit_open=bool(data["circuit_open"]), paused_until=paused,
-                       direct_was_down=same_boot and bool(data.get("direct_was_down")))
+                       direct_was_down=same_boot and bool(data.get("direct_was_down")),
+                       jitter_until=jitter)
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as err:
         raise HistoryError(f"remediation history {path} is malformed "
                            f"({str(err)[:120] or type(err).__name__})") from err
@@ -183,10 +204,17 @@ class Store:
         self._writer = Writer("edgeheal-history")
         self.reset: Reset | None = None
         """Set when :meth:`load` found a file it could not use (for ``agent.state_reset``)."""
+        self.newer: Newer | None = None
+        """Set when :meth:`load` found a file of a newer format: it is never written, the
+        history is kept in memory (for ``agent.state_newer``)."""
 
     def load(self) -> History:
         try:
             return load(self.path, self.timeline)
+        except NewerFormat as err:
+            self.newer = err.newer
+            log.error("remediation history %s", err.newer.describe())
+            return History()
         except HistoryError as err:
             aside = statefile.move_aside(self.path, time.time())
             cause = err.__cause__
@@ -197,8 +225,10 @@ class Store:
             return History()
 
     def save(self, history: History) -> None:
-        """Queue the write (on a running loop; else write now); see :meth:`written`."""
-        self._writer.post(self._write, history)
+        """Queue the write (on a running loop; else write now); see :meth:`written`. Never
+        for a file of a newer format (:attr:`newer`): that history stays in memory."""
+        if self.newer is None:
+            self._writer.post(self._write, history)
 
     async def written(self) -> None:
         """Wait until every save queued so far is on disk (or failed and was logged)."""

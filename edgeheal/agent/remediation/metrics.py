@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 RESTART_RESULTS = ("recovered", "not_recovered", "failed", "config_problem", "dry_run",
                    "interrupted")
 """Results of a restart attempt (the actor's; ``interrupted``: the agent stopped mid-way)."""
-SKIP_REASONS = ("paused", "circuit_open", "direct_path_down", "uplink_settling", "mode_none",
-                "startup_grace", "cooldown", "budget_exhausted", "uplink_down",
+SKIP_REASONS = ("paused", "circuit_open", "fleet_hold", "direct_path_down", "uplink_settling",
+                "mode_none", "startup_grace", "cooldown", "budget_exhausted", "uplink_down",
                 "local_send_failure", policy.SEND_FAILING)
 """The policy's ``skip`` reasons (:func:`edgeheal.core.flannel_ladder.decide`); a test keeps them in
 step with the policy's source."""

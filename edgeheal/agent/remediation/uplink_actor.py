@@ -60,6 +60,7 @@ class UplinkRemediator(Remediator):
         "skipped": "UplinkRungSkipped", "circuit_open": "UplinkCircuitOpen"}
     WHAT: ClassVar[str] = "the uplink"
     SUBJECT: ClassVar[str] = "the uplink"
+    OBEYS_FLEET_HOLD: ClassVar[bool] = False  # a hub fault is not the uplink's
     COUNTED: ClassVar[tuple[tuple[str, str], ...]] = (
         *(("restart", r) for r in RESTART_RESULTS),
         *(("skip", r) for r in (*uplink.SKIP_REASONS, "alert_not_durable")),
@@ -122,6 +123,9 @@ class UplinkRemediator(Remediator):
 
     def reprobe_wanted(self) -> bool:
         return False  # evaluate() probes, while the uplink is in trouble
+
+    def counted_rungs(self) -> tuple[tuple[str, str], ...]:
+        return ()  # the first rung is the Flannel ladder's
 
     async def evaluate(self, snap: Snapshot) -> list[Action]:
         status = snap.checks.get(uplink.UPLINK)

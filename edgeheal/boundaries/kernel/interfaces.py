@@ -62,6 +62,10 @@ class Interface:
     """A default route (IPv4 or IPv6) leaves through this interface."""
     rx_packets: int
     tx_packets: int
+    route_metric: int | None = None
+    """The lowest metric (``RTA_PRIORITY``) of a default route through this interface (None:
+    none). Of several default routes the kernel uses the lowest metric's: that is the
+    active uplink (:mod:`edgeheal.checks.uplink_failover`)."""
 
     @property
     def carries(self) -> bool:
@@ -161,16 +165,17 @@ async def read(patterns: tuple[str, ...], *, netns: str | None = None,
                 addr = _attr(msg, "IFA_LOCAL") or _attr(msg, "IFA_ADDRESS")
                 if addr:
                     addrs[index].append(str(addr))
-        defaults: set[int] = set()
+        defaults: dict[int, int] = {}
         for family in (2, 10):  # AF_INET, AF_INET6
             async for msg in await ipr.route("dump", family=family):
                 if msg.get("dst_len", 1) == 0 and msg.get("table") in (254, None) \
                         and msg.get("type", 1) == 1:
-                    oif = _attr(msg, "RTA_OIF")
-                    if oif is not None:
-                        defaults.add(int(oif))
-                    for hop in _attr(msg, "RTA_MULTIPATH") or ():
-                        defaults.add(int(hop.get("oif", -1)))
+                    metric = int(_attr(msg, "RTA_PRIORITY") or 0)
+                    oifs = [_attr(msg, "RTA_OIF")] + [
+                        hop.get("oif") for hop in _attr(msg, "RTA_MULTIPATH") or ()]
+                    for oif in oifs:
+                        if oif is not None and int(oif) >= 0:
+                            defaults[int(oif)] = min(metric, defaults.get(int(oif), metric))
     except IfStateError:
         raise
     except Exception as err:
@@ -190,7 +195,8 @@ async def read(patterns: tuple[str, ...], *, netns: str | None = None,
                          is not None else int(msg.get("flags", 0)) & 0x10000),  # LOWER_UP
             addresses=tuple(addrs[index]), default_route=index in defaults,
             rx_packets=int(stats.get("rx_packets", 0) if stats else 0),
-            tx_packets=int(stats.get("tx_packets", 0) if stats else 0)))
+            tx_packets=int(stats.get("tx_packets", 0) if stats else 0),
+            route_metric=defaults.get(index)))
     return tuple(out)
 
 

@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from edgeheal.boundaries.kernel import pyroute2_light as _pyroute2
@@ -30,6 +31,23 @@ log = logging.getLogger("edgeheal.links")  # the name operators grep for
 
 NEWLINK: Literal["RTM_NEWLINK"] = "RTM_NEWLINK"
 DELLINK: Literal["RTM_DELLINK"] = "RTM_DELLINK"
+
+
+UDEV_RUN = Path("/run/udev")
+"""systemd-udevd's runtime directory: ``control`` (its socket) and ``data/`` (its database)."""
+
+
+def udev_busy_with(ifindex: int, run: Path = UDEV_RUN) -> bool:
+    """True while udev runs here and has not finished its event for link ``ifindex``.
+
+    udevd writes a device's database entry (``data/n<ifindex>`` for a network interface)
+    at the end of its event, after the rules, the rename among them (systemd's
+    ``udev-event.c``: ``udev_event_execute_rules`` then ``device_update_db``). Where udev
+    does not run (a container) this is False at once; two stats, on link events only."""
+    try:
+        return (run / "control").exists() and not (run / "data" / f"n{ifindex}").exists()
+    except OSError:
+        return False
 
 
 class LinkListenerError(Exception):

@@ -16,6 +16,15 @@ buffered; both are ``protocol_error`` at once. A host name or client id that can
 sent is ``config_error`` before any traffic. Everything that goes wrong becomes an
 :class:`~edgeheal.boundaries.mqtt.MqttError` with a reason from the closed table; an unexpected
 exception in the keepalive task ends the connection as ``internal_error`` (logged).
+
+How a connection ended by the broker is also kept as :attr:`Connection.ended_by`, for the
+link's takeover count (a second client with our client id): ``session_taken_over`` is MQTT
+5's DISCONNECT reason 0x8E, the broker's own word (later Mosquitto releases send it: their
+``test/broker/01-connect-take-over.py``); ``closed_by_broker`` is a connection the broker
+closed in order (FIN) after CONNACK with no DISCONNECT, which is what Mosquitto does to the
+older of two clients with one id under MQTT 3.1.1, and what Mosquitto 2.0.11 (Debian 12's)
+does under MQTT 5 too. A broker restart looks the same, once: only a repeat means a
+takeover.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import logging
 import ssl
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +58,10 @@ MISC_TICK = 1.0
 _SSL_PENDING_ROUNDS = 64
 
 
-__all__ = ("CONNACK_311", "Connection", "client_id", "read_password")
+SESSION_TAKEN_OVER = 0x8E
+"""MQTT 5 DISCONNECT reason "Session taken over": another client connected with our id."""
+
+__all__ = ("CONNACK_311", "SESSION_TAKEN_OVER", "Connection", "client_id", "read_password")
 
 
 def _check_strings(target: MqttTarget, node: str) -> None:
@@ -95,8 +108,12 @@ class Connection:
 
     def __init__(self, target: MqttTarget, node: str, *, keepalive: float = 60.0,
                  will: tuple[str, bytes] | None = None,
-                 resume: TlsResumption | None = None) -> None:
+                 resume: TlsResumption | None = None, accept: str = "",
+                 on_message: Callable[[bytes], None] | None = None) -> None:
         self.target = target
+        self.accept = accept
+        """The one topic this session subscribes to and accepts PUBLISH on ("": none)."""
+        self.on_message = on_message
         self.node = node
         self.keepalive = max(1, round(keepalive))
         self.will = will
@@ -116,6 +133,9 @@ class Connection:
         self._pong: asyncio.Future[None] | None = None
         self._in_misc = False
         self._disconnecting = False
+        self.ended_by: str | None = None
+        """``session_taken_over`` (MQTT 5 DISCONNECT 0x8E), ``closed_by_broker`` (the broker
+        closed the connection in order after CONNACK, with no DISCONNECT), or None."""
 
     @property
     def byte_counts(self) -> tuple[int, int]:
@@ -135,7 +155,7 @@ class Connection:
         began = time.monotonic()
         sock = await open_socket(target, self.stage, self.resume)
         self.tcp_seconds = time.monotonic() - began
-        self._tap = tap = Tap(sock)
+        self._tap = tap = Tap(sock, accept=self.accept.encode() if self.accept else None)
         v5 = target.protocol == "5"
         client = _Client(CallbackAPIVersion.VERSION2, client_id=client_id(target, self.node),
                          clean_session=None if v5 else True,
@@ -150,6 +170,7 @@ class Connection:
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
+        client.on_message = self._on_message
         client.on_socket_open = self._on_socket_open
         client.on_socket_close = self._on_socket_close
         client.on_socket_register_write = self._on_register_write
@@ -192,6 +213,22 @@ class Connection:
         fut: asyncio.Future[None] = self.loop.create_future()
         self._acks[info.mid] = fut
         return fut
+
+    def subscribe(self) -> None:
+        """Subscribe to :attr:`accept` at QoS 1 (a retained message comes at once)."""
+        if self._client is None or not self.connected or not self.accept:
+            raise MqttError("unreachable", f"{where(self.target)}: not connected")
+        rc, _ = self._client.subscribe(self.accept, qos=1)
+        if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            raise MqttError("unreachable", f"{where(self.target)}: subscribe failed: "
+                            f"{paho.error_string(rc)}")
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        if self.on_message is not None and message.topic == self.accept:
+            try:
+                self.on_message(bytes(message.payload))
+            except Exception:  # paho would swallow it: say it
+                log.exception("mqtt %s: the message handler failed", self.target.name)
 
     async def ping(self, limit: float) -> float:
         """One PINGREQ answered by PINGRESP within ``limit`` seconds: the round trip. No
@@ -297,9 +334,13 @@ class Connection:
             error = MqttError("timeout", f"{where(self.target)}: no answer to keepalive "
                               f"within {self.keepalive}s")
         elif getattr(flags, "is_disconnect_packet_from_server", False):
+            if getattr(reason, "value", None) == SESSION_TAKEN_OVER:
+                self.ended_by = "session_taken_over"
             error = MqttError("unreachable", f"{where(self.target)}: the broker disconnected "
                               f"us: {reason}")
         else:
+            if tap is not None and tap.eof:
+                self.ended_by = "closed_by_broker"
             error = MqttError("unreachable", f"{where(self.target)}: connection lost")
         self._unwatch()
         self._finish(error)

@@ -17,9 +17,24 @@ two keepalive periods, with no extra CONNECTs. The mqtt check of the alert targe
   path's verdict is fresh, within ``timeout``, exactly when the two paths are compared
   (which path is at fault). That lets ``keepalive`` be sized for the carrier's NAT and the
   bytes (60 s: 0.23 MB a day) rather than for detection.
+- With ``hold_topic`` (``[fleet] hold``), each connection subscribes to that one topic
+  (QoS 1; the retained hold arrives at once, so a reconnecting agent hears it too) and
+  :attr:`Link.fleet_hold` is the last message heard, parsed and bounded
+  (:mod:`edgeheal.boundaries.mqtt.hold`); the framer lets through a PUBLISH of exactly that
+  topic and refuses every other, as without it. One subscription per agent: its cost does
+  not grow with the fleet (a hold is ~200 bytes when set or released, nothing else).
 - :meth:`Link.publish` is QoS 1 and returns when the PUBACK arrives; paho's in-memory
   queue is never relied on (each connection is a fresh clean session), durability is the
   caller's outbox.
+
+**Two clients with one id.** Two agents with the same ``node_name`` send the same client
+id; the broker lets one in by throwing the other out (MQTT's session takeover), and their
+reconnects knock each other off forever. Each connection the broker ends that way is
+counted (:attr:`Link.takeovers`, from :attr:`Connection.ended_by`: MQTT 5's DISCONNECT
+reason 0x8E, or a connection the broker closed in order after CONNACK without one); at
+:data:`TAKEOVER_COUNT` within :data:`TAKEOVER_WINDOW` the link says so once
+(:attr:`Link.duplicate`, a log line at error; the engine alerts). The client id is not
+changed: an operator's ACLs may name it.
 
 The link's state is one immutable :class:`LinkState` replaced in one step: ``connected``,
 ``reason``, ``message`` and ``since`` always describe the same moment (``connected`` *is*
@@ -43,10 +58,13 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from edgeheal.base import compat
-from edgeheal.boundaries.mqtt import MqttError
+from edgeheal.base.compat import UTC
+from edgeheal.boundaries.mqtt import MqttError, client_id, hold
+from edgeheal.model import FleetHold
 
 if TYPE_CHECKING:
     from edgeheal.boundaries.mqtt.client import Connection
@@ -56,6 +74,30 @@ log = logging.getLogger("edgeheal.mqtt.link")  # the name operators grep for
 
 STABLE_AFTER = 30.0
 """A connection that stayed up this long resets the backoff."""
+TAKEOVER_COUNT = 3
+"""Connections ended by a session takeover within :data:`TAKEOVER_WINDOW` that mean another
+client uses our client id (one clean close can be a broker restart; two agents with one id
+do it at every reconnect, at least once a ``reconnect_max``)."""
+TAKEOVER_WINDOW = 600.0
+"""Seconds over which takeovers are counted (ten times the default ``reconnect_max``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Takeovers:
+    """Connections the broker ended because another client connected with our id."""
+
+    client_id: str
+    total: int = 0
+    """Since start."""
+    recent: tuple[float, ...] = ()
+    """Monotonic times of the last :data:`TAKEOVER_COUNT`."""
+    how: str = ""
+    """The last one's evidence: ``session_taken_over`` or ``closed_by_broker``."""
+
+    def duplicate(self, now: float) -> bool:
+        """Another client uses our id: :data:`TAKEOVER_COUNT` takeovers in the window."""
+        inside = [t for t in self.recent if now - t < TAKEOVER_WINDOW]
+        return len(inside) >= TAKEOVER_COUNT
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +120,13 @@ class Link:
 
     def __init__(self, target: MqttTarget, node: str, *, min_delay: float = 1.0,
                  max_delay: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, hold_topic: str = "",
+                 max_hold: float = 43200.0,
+                 wall: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self.target, self.node = target, node
+        self.hold_topic, self.max_hold, self.wall = hold_topic, max_hold, wall
+        self.fleet_hold: FleetHold | None = None
+        """The last fleet-hold message heard on :attr:`hold_topic` (None before any)."""
         self.min_delay, self.max_delay = min_delay, max_delay
         self.clock = clock
         self.rng = rng or random.Random()  # noqa: S311 - jitter, not cryptography
@@ -91,6 +138,31 @@ class Link:
         self._closing = False
         self._on_state: Callable[[LinkState], None] | None = None
         self._confirming: asyncio.Task[None] | None = None
+        self.takeovers = Takeovers(client_id(target, node))
+        """Connections the broker ended for another client with our id (module docstring)."""
+        self._said_duplicate = False
+
+    @property
+    def duplicate(self) -> bool:
+        """Another client uses this link's client id (a session takeover, repeatedly)."""
+        return self.takeovers.duplicate(self.clock())
+
+    def _count_takeover(self, conn: Connection, _closed: object = None) -> None:
+        """A done-callback of ``conn.closed``, before the state goes down: count it."""
+        if conn.ended_by is None or self._closing:
+            return
+        old = self.takeovers
+        self.takeovers = Takeovers(old.client_id, old.total + 1,
+                                   (*old.recent, self.clock())[-TAKEOVER_COUNT:],
+                                   conn.ended_by)
+        if self.duplicate and not self._said_duplicate:
+            self._said_duplicate = True
+            log.error("mqtt link %s: the broker ended our session %d times in %gs because "
+                      "another client connected with our client id %s (%s): two agents "
+                      "with the same node_name on one broker? Give each node its own "
+                      "node_name (or the target its own client_id)", self.target.name,
+                      TAKEOVER_COUNT, TAKEOVER_WINDOW, old.client_id, conn.ended_by,
+                      extra={"check": self.target.name})
 
     @property
     def connected(self) -> bool:
@@ -140,7 +212,8 @@ class Link:
         attempt = 0
         while not self._closing:
             attempt += 1
-            conn = Connection(self.target, self.node, keepalive=self.target.keepalive)
+            conn = Connection(self.target, self.node, keepalive=self.target.keepalive,
+                              accept=self.hold_topic, on_message=self._heard)
             try:
                 conn.will = will() if will else None
                 async with compat.timeout(self.target.timeout):
@@ -171,7 +244,11 @@ class Link:
                 up_at = self.clock()
                 self._set(LinkState(True, "ok", f"connected, CONNACK in {rtt * 1000:.1f} ms",
                                     up_at, rtt, self.state.connects + 1, attempt))
+                conn.closed.add_done_callback(functools.partial(self._count_takeover, conn))
                 conn.closed.add_done_callback(functools.partial(self._ended, generation))
+                if self.hold_topic:
+                    with contextlib.suppress(MqttError):  # a lost connection says so itself
+                        conn.subscribe()
                 await asyncio.shield(conn.closed)
                 self._ended(generation, conn.closed)  # no-op: the callback came first
                 if self.closing:
@@ -197,6 +274,22 @@ class Link:
         since = self.state.since if not self.state.up and self.state.reason != "connecting" \
             else self.clock()
         self._set(LinkState(False, reason, message, since, None, self.state.connects, attempt))
+
+    def _heard(self, payload: bytes) -> None:
+        """A message on :attr:`hold_topic`: parsed, bounded, kept (never obeyed blindly)."""
+        now = self.wall()
+        try:
+            got = hold.parse(payload, now, self.max_hold)
+        except hold.HoldRefused as err:
+            heard = FleetHold("", None, refused=str(err), received=now)
+            log.warning("fleet hold on %s refused: %s", self.hold_topic, err,
+                        extra={"check": self.target.name})
+        else:
+            heard = FleetHold(got.reason, got.until, got.by, received=now)
+            log.info("fleet hold on %s: %s", self.hold_topic,
+                     f"until {got.until:%Y-%m-%dT%H:%M:%SZ} ({got.reason})" if got.until
+                     else "released", extra={"check": self.target.name})
+        self.fleet_hold = heard
 
     def confirm(self) -> None:
         """Ask the broker now whether the connection still works (one PINGREQ), without
@@ -278,4 +371,7 @@ def for_alerts(config: Config, *, clock: Callable[[], float] = time.monotonic) -
     if not name:
         return None
     target = next(t for t in config.mqtt.targets if t.name == name)
-    return Link(target, config.node, max_delay=config.alerts.reconnect_max, clock=clock)
+    return Link(target, config.node, max_delay=config.alerts.reconnect_max, clock=clock,
+                hold_topic=hold.topic(config.alerts.topic_prefix.strip("/"))
+                if config.fleet.hold else "",
+                max_hold=config.fleet.max_hold)

@@ -195,9 +195,13 @@ at once, and ``recv(n)`` allocates ``n`` bytes before a single one arrives."""
 # PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGRESP, DISCONNECT (5), AUTH (5).
 _FROM_BROKER = frozenset({2, 3, 4, 5, 6, 7, 9, 11, 13, 14, 15})
 PUBLISH = 3
-"""A broker's PUBLISH is refused (:class:`Framer`): the agent never subscribes, so one can
-only be a misbehaving or hostile broker, and paho would keep each QoS 2 message until its
-PUBREL (issue 27: 6,000 x 60 KB reached 405 MB)."""
+"""A broker's PUBLISH is refused (:class:`Framer`): the agent subscribes to nothing but the
+fleet hold's one topic (when ``[fleet] hold`` is on), so any other can only be a
+misbehaving or hostile broker, and paho would keep each QoS 2 message until its PUBREL
+(issue 27: 6,000 x 60 KB reached 405 MB)."""
+MAX_ACCEPTED_PUBLISH = 2048
+"""Bytes (remaining length) of the one PUBLISH accepted: the hold's topic, its packet id,
+MQTT 5 properties and a payload of at most 1 KiB."""
 _NAMES = {1: "CONNECT", 2: "CONNACK", 3: "PUBLISH", 4: "PUBACK", 5: "PUBREC", 6: "PUBREL",
           7: "PUBCOMP", 8: "SUBSCRIBE", 9: "SUBACK", 10: "UNSUBSCRIBE", 11: "UNSUBACK",
           12: "PINGREQ", 13: "PINGRESP", 14: "DISCONNECT", 15: "AUTH"}
@@ -215,17 +219,24 @@ class Framer:
     return code) for :attr:`connack_code`. Raises :class:`FramingError` when the stream
     cannot be a broker's: the first packet is not a CONNACK, a packet type a broker never
     sends, a remaining length longer than 4 bytes, one above ``max_packet``, or a PUBLISH
-    (:data:`PUBLISH`: the agent subscribes to nothing).
+    (:data:`PUBLISH`) — except, when ``accept`` names a topic (the fleet hold's), a PUBLISH
+    of that exact topic at QoS 0 or 1 of at most :data:`MAX_ACCEPTED_PUBLISH` bytes, which
+    is let through to paho: its topic is compared as soon as its bytes arrive.
     """
 
-    def __init__(self, max_packet: int = MAX_PACKET) -> None:
+    def __init__(self, max_packet: int = MAX_PACKET, accept: bytes | None = None) -> None:
         self.max_packet = max_packet
+        self.accept = accept
+        self.accepted = 0
+        """PUBLISH packets of the accepted topic let through."""
+        self._topic = bytearray()
         self.packets = 0
         """Complete packets seen."""
         self.first: int | None = None
         self.connack_code: int | None = None
         """The first CONNACK's return code (3.1.1) or reason code (5); None before it."""
         self._kind = 0
+        self._flags = 0
         self._length = 0
         self._length_bytes = 0
         self._left = 0
@@ -252,6 +263,8 @@ class Framer:
                 self._body_starts()
             else:
                 take = min(self._left, n - i)
+                if self._kind == PUBLISH:
+                    self._match_topic(data[i:i + take])
                 if self._kind == 2 and self.connack_code is None:
                     self._connack += data[i:i + min(take, 2 - len(self._connack))]
                     if len(self._connack) == 2:
@@ -272,6 +285,20 @@ class Framer:
             raise FramingError(f"malformed MQTT stream: a broker never sends packet type "
                                f"{kind} ({_NAMES.get(kind, 'reserved')})")
         self._kind = kind
+        self._flags = byte & 0x0F
+
+    def _match_topic(self, chunk: bytes) -> None:
+        """Compare the PUBLISH's topic (2-byte length, then the name) with ``accept``."""
+        want = b"%c%c" % divmod(len(self.accept or b""), 256) + (self.accept or b"")
+        room = len(want) - len(self._topic)
+        if room <= 0:
+            return
+        self._topic += chunk[:room]
+        if not want.startswith(bytes(self._topic)):
+            raise FramingError("the broker sent a PUBLISH of a topic edgeheal never "
+                               "subscribed to: refused")
+        if len(self._topic) == len(want):
+            self.accepted += 1
 
     def _body_starts(self) -> None:
         if self._length > self.max_packet:
@@ -279,9 +306,7 @@ class Framer:
                                f"{_NAMES[self._kind]} packet; edgeheal accepts at most "
                                f"{self.max_packet} bytes")
         if self._kind == PUBLISH:
-            raise FramingError("the broker sent a PUBLISH, but edgeheal subscribes to nothing: "
-                               "refused (kept, a QoS 2 flood would fill the agent's memory "
-                               "until PUBRELs that never come)")
+            self._accept_publish()
         if self._kind == 2 and self._length < 2:
             raise FramingError(f"malformed CONNACK: {self._length}-byte body, expected at "
                                "least 2")
@@ -290,6 +315,22 @@ class Framer:
             self._packet_done()
         else:
             self._state = "body"
+
+    def _accept_publish(self) -> None:
+        """Only the accepted topic, at QoS 0 or 1, small; its topic is checked as it comes."""
+        if self.accept is None:
+            raise FramingError("the broker sent a PUBLISH, but edgeheal subscribes to nothing: "
+                               "refused (kept, a QoS 2 flood would fill the agent's memory "
+                               "until PUBRELs that never come)")
+        if (self._flags >> 1) & 3 > 1:
+            raise FramingError("the broker sent a QoS 2 PUBLISH; edgeheal subscribes at QoS 1: "
+                               "refused")
+        if self._length > MAX_ACCEPTED_PUBLISH:
+            raise FramingError(f"the broker announced a {self._length}-byte PUBLISH; a fleet "
+                               f"hold is at most {MAX_ACCEPTED_PUBLISH} bytes: refused")
+        self._topic = bytearray()
+        if self._length < 2 + len(self.accept):
+            raise FramingError("malformed PUBLISH: shorter than its topic")
 
     def _packet_done(self) -> None:
         self.packets += 1
@@ -301,11 +342,14 @@ class Tap:
     and counts bytes both ways. A :class:`FramingError` leaves ``recv`` before paho sees
     the bytes (paho lets it through ``loop_read``)."""
 
-    def __init__(self, sock: socket.socket, *, max_packet: int = MAX_PACKET) -> None:
+    def __init__(self, sock: socket.socket, *, max_packet: int = MAX_PACKET,
+                 accept: bytes | None = None) -> None:
         self.sock = sock
-        self.framer = Framer(max_packet)
+        self.framer = Framer(max_packet, accept)
         self.rx = 0
         self.tx = 0
+        self.eof = False
+        """The peer closed the connection in order (a read returned no bytes)."""
 
     @property
     def first(self) -> int | None:
@@ -313,6 +357,8 @@ class Tap:
 
     def recv(self, bufsize: int) -> bytes:
         data = self.sock.recv(min(bufsize, RECV_CHUNK))
+        if not data and bufsize > 0:
+            self.eof = True
         self.rx += len(data)
         self.framer.feed(data)
         return data

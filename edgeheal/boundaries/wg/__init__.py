@@ -11,6 +11,9 @@ Two implementations produce the same :class:`~edgeheal.boundaries.wg.readings.De
 device is a userspace one and the socket is authoritative; otherwise the kernel is
 asked. Neither runs ``wg``: the agent starts no subprocess in its steady state. Private
 and preshared keys are dropped while parsing and never reach a ``DeviceStats``.
+
+One write, for the ``rebind`` remedy: :func:`set_listen_port` moves a device to another
+UDP port, through the same two APIs (UAPI ``set``, ``WG_CMD_SET_DEVICE``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "WireGuardError",
     "read_device",
     "reader_kind",
+    "set_listen_port",
 ]
 
 
@@ -57,3 +61,18 @@ async def read_device(ifname: str, *, uapi_dir: Path = UAPI_DIR,
     from edgeheal.boundaries.wg import netlink  # pyroute2 only when the kernel is asked
 
     return await netlink.read(ifname, answer_within=answer_within)
+
+
+async def set_listen_port(ifname: str, port: int, *, uapi_dir: Path = UAPI_DIR,
+                          answer_within: float = 2.0) -> None:
+    """Move ``ifname`` to UDP ``port`` with the API the host offers; raise a
+    :class:`WireGuardError` (the port in use is a :class:`ProtocolError`)."""
+    if reader_kind(ifname, uapi_dir=uapi_dir) == "uapi":
+        from edgeheal.boundaries.wg import uapi
+
+        await uapi.set_listen_port(ifname, port, uapi_dir=uapi_dir,
+                                   answer_within=answer_within)
+        return
+    from edgeheal.boundaries.wg import netlink
+
+    await netlink.set_listen_port(ifname, port, answer_within=answer_within)

@@ -21,6 +21,12 @@ minimum size of its type, because pyroute2's decoder loops forever or raises ass
 exceptions on some malformed attribute lengths. Numbers are bounded to their real widths
 (ports u16, counters u64, handshake seconds s64, nanoseconds below 10^9).
 
+One write: :func:`set_listen_port` sends ``WG_CMD_SET_DEVICE`` with only
+``WGDEVICE_A_IFNAME`` and ``WGDEVICE_A_LISTEN_PORT`` (the kernel's ``wg_set_device``: a new
+port re-opens the device's sockets, ``set_port`` -> ``wg_socket_init``, and clears every
+peer's cached source address; peers, sessions and endpoints stay). The message is built by
+:func:`listen_port_request`, tested byte for byte like the reader.
+
 Errors: the family missing (no kernel module), no such interface or not a WireGuard one ->
 :class:`NoSuchDevice`; EPERM/EACCES (no CAP_NET_ADMIN) -> :class:`PermissionDenied`;
 anything else, including any malformed message -> :class:`ProtocolError`.
@@ -71,6 +77,55 @@ async def read(ifname: str, *, answer_within: float = 2.0) -> DeviceStats:
     finally:
         sock.close()
     return parse_messages(ifname, msgs)
+
+
+def listen_port_request(ifname: str, port: int) -> Any:
+    """The ``WG_CMD_SET_DEVICE`` message that moves ``ifname`` to ``port`` (not encoded:
+    the socket fills in the family id and pid)."""
+    if not 0 < port < 2**16:
+        raise ValueError(f"listen port {port} out of range (1 to 65535)")
+    _pyroute2.light()
+    from pyroute2.netlink.generic.wireguard import WG_CMD_SET_DEVICE, WG_GENL_VERSION, wgmsg
+
+    msg = wgmsg()
+    msg["attrs"].append(["WGDEVICE_A_IFNAME", ifname])
+    msg["attrs"].append(["WGDEVICE_A_LISTEN_PORT", port])
+    msg["cmd"] = WG_CMD_SET_DEVICE
+    msg["version"] = WG_GENL_VERSION
+    return msg
+
+
+async def set_listen_port(ifname: str, port: int, *, answer_within: float = 2.0) -> None:
+    """Move the kernel device ``ifname`` to UDP ``port``; EADDRINUSE is a ProtocolError."""
+    msg = listen_port_request(ifname, port)
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+    from pyroute2.netlink.exceptions import NetlinkError
+    from pyroute2.netlink.generic.wireguard import AsyncWireGuard
+
+    sock = AsyncWireGuard()
+    try:
+        async with compat.timeout(answer_within):
+            await sock.setup_endpoint()
+            msg["header"]["type"] = sock.prid
+            msg["header"]["flags"] = NLM_F_REQUEST | NLM_F_ACK
+            msg["header"]["pid"] = sock.pid
+            msg.encode()
+            sock.sendto(msg.data, (0, 0))
+            answers = [m async for m in sock.get()]
+    except NetlinkError as err:
+        raise _error(ifname, err.code, str(err)) from err
+    except PermissionError as err:
+        raise PermissionDenied(ifname, f"netlink: {err.strerror}") from err
+    except compat.TimeoutErrors:
+        raise ProtocolError(ifname, f"netlink: no answer within {answer_within:g}s") from None
+    except OSError as err:
+        raise _error(ifname, err.errno or 0, err.strerror or str(err)) from err
+    finally:
+        sock.close()
+    for answer in answers:
+        error = answer["header"].get("error")
+        if error is not None:
+            raise _error(ifname, getattr(error, "code", 0), str(error))
 
 
 def _error(ifname: str, code: int, text: str) -> WireGuardError:
@@ -272,4 +327,5 @@ def _allowed_ip(ifname: str, attr: Any) -> str:
         raise ProtocolError(ifname, f"netlink: bad allowed IP: {err}") from None
 
 
-__all__: Sequence[str] = ("check_structure", "decode", "parse_bytes", "parse_messages", "read")
+__all__: Sequence[str] = ("check_structure", "decode", "listen_port_request", "parse_bytes",
+                          "parse_messages", "read", "set_listen_port")

@@ -19,11 +19,17 @@ number that later breaks ``/metrics``. Endpoints and allowed IPs must be address
 Errors: a missing socket or a dead daemon (connection refused) is :class:`NoSuchDevice`; a
 socket we may not open is :class:`PermissionDenied`; a malformed answer, a non-zero errno
 or no answer within ``answer_within`` seconds is :class:`ProtocolError`.
+
+One write: :func:`set_listen_port`, the ``set`` operation with the one interface key
+``listen_port`` (``set=1\\nlisten_port=N\\n\\n``, answered by ``errno=N``). wireguard-go
+rebinds its sockets to the new port (``device.BindUpdate``) and keeps every peer, session
+and endpoint: the next packet to a peer leaves from the new port.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 from dataclasses import dataclass, field
@@ -66,10 +72,51 @@ async def read(ifname: str, *, uapi_dir: Path, answer_within: float = 2.0) -> De
     return parse(ifname, answer)
 
 
-async def _exchange(path: Path) -> str:
+async def set_listen_port(ifname: str, port: int, *, uapi_dir: Path,
+                          answer_within: float = 2.0) -> None:
+    """Move the device behind ``uapi_dir/<ifname>.sock`` to UDP ``port`` (1-65535)."""
+    if not 0 < port <= U16:
+        raise ValueError(f"listen port {port} out of range (1 to {U16})")
+    path = uapi_dir / f"{ifname}.sock"
+    try:
+        async with compat.timeout(answer_within):
+            answer = await _exchange(path, f"set=1\nlisten_port={port}\n\n".encode())
+    except FileNotFoundError:
+        raise NoSuchDevice(ifname, f"no userspace API socket at {path}") from None
+    except ConnectionRefusedError:
+        raise NoSuchDevice(ifname, f"nothing listens on {path} (daemon gone)") from None
+    except PermissionError as err:
+        raise PermissionDenied(ifname, f"cannot open {path}: {err.strerror}") from err
+    except compat.TimeoutErrors:
+        raise ProtocolError(
+            ifname, f"no answer to set on {path} within {answer_within:g}s") from None
+    except OSError as err:
+        raise ProtocolError(ifname, f"{path}: {err.strerror or err}") from err
+    code = _errno_of(answer)
+    if code is None:
+        raise ProtocolError(ifname, f"set answered without errno= ({len(answer)} bytes)")
+    if code != 0:
+        why = " (port in use)" if abs(code) == errno.EADDRINUSE else ""
+        raise ProtocolError(ifname, f"set listen_port={port} answered errno={code}{why}")
+
+
+def _errno_of(answer: str) -> int | None:
+    """The answer's ``errno``: wireguard-go writes a failed set as a negative one
+    (``errno=-98``, EADDRINUSE)."""
+    for line in answer.split("\n"):
+        key, _, value = line.partition("=")
+        if key == "errno":
+            digits = value[1:] if value.startswith("-") else value
+            if not digits or len(digits) > 10 or not (digits.isascii() and digits.isdigit()):
+                return None
+            return int(value)
+    return None
+
+
+async def _exchange(path: Path, request: bytes = b"get=1\n\n") -> str:
     reader, writer = await asyncio.open_unix_connection(path, limit=MAX_ANSWER)
     try:
-        writer.write(b"get=1\n\n")
+        writer.write(request)
         await writer.drain()
         # The answer ends with an empty line; the daemon keeps the connection open.
         data = await reader.readuntil(b"\n\n")

@@ -25,7 +25,9 @@ follows the ifindex through a rename (:mod:`.reconcile`); across passes, an
 gauges, counters and pending drift to the new name (nothing stays under the temporary
 name); and a correction made on a link event is *recorded* (counted, logged, emitted)
 ``settle`` seconds later, under the name the interface has by then, so the alert names the
-final interface. The ioctl itself is never delayed.
+final interface; where udev runs and has not yet finished with the link (its database entry
+is written after the rename), the record waits on, ``SETTLE_MAX`` at most: a busy box
+renames late. The ioctl itself is never delayed.
 
 The pass is split by job: the pure plan (:mod:`.plan`: which features to switch off, the
 outcomes), one reconcile pass (:mod:`.reconcile`), the words for its results
@@ -48,6 +50,7 @@ from typing import TYPE_CHECKING
 
 from edgeheal.base.ifglob import matches as names_match
 from edgeheal.boundaries.kernel.ethtool import FeatureSource
+from edgeheal.boundaries.kernel.link_events import udev_busy_with
 from edgeheal.checks.offload.metrics import CAUSES, Cause, Metrics
 from edgeheal.checks.offload.plan import (
     FeatureResult,
@@ -100,6 +103,8 @@ log = logging.getLogger("edgeheal.enforce")  # the name operators grep for
 DRIFT_EVENT = "offload.drift_corrected"
 SETTLE = 0.5
 """Seconds a link-event correction waits to be recorded (see the module doc)."""
+SETTLE_MAX = 10.0
+"""Seconds it waits at most for udev to finish with the link (a busy box renames late)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +226,18 @@ class Enforcer:
         """Record ``fix`` after ``settle`` s, under the name its ifindex has by then."""
         self._state.settling.append(fix)
         loop = asyncio.get_running_loop()
+        until = loop.time() + SETTLE_MAX
         handle: asyncio.TimerHandle
 
         def due() -> None:
+            nonlocal handle
             self._timers.discard(handle)
+            head = self._state.settling[0] if self._state.settling else None
+            if (head is not None and head.ifindex and self._netns is None
+                    and loop.time() < until and udev_busy_with(head.ifindex)):
+                handle = loop.call_later(self.settle, due)  # udev has not renamed it yet
+                self._timers.add(handle)
+                return
             self._settled(1)
 
         handle = loop.call_later(self.settle, due)

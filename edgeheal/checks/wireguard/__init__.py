@@ -77,7 +77,7 @@ the peers' reasons into one result, log lines and metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
@@ -124,6 +124,16 @@ UPLINK_GONE = frozenset({"no_address", "no_route", "link_down"})
 
 Reader = Callable[[str], Any]
 """``async (ifname) -> DeviceStats`` raising :class:`edgeheal.boundaries.wg.WireGuardError`."""
+Forget = Callable[[str, str, str], Awaitable[None]]
+"""``async (ifname, public_key, endpoint)``: make a userspace device forget the peer's
+sticky source (:mod:`edgeheal.boundaries.wg.sticky`)."""
+
+
+async def _forget_source(ifname: str, public_key: str, endpoint: str) -> None:
+    from edgeheal.boundaries.wg import UAPI_DIR
+    from edgeheal.boundaries.wg.sticky import forget_source
+
+    await forget_source(ifname, public_key, endpoint, uapi_dir=UAPI_DIR)
 
 
 class WireguardCheck:
@@ -134,8 +144,12 @@ class WireguardCheck:
     def __init__(self, ctx: Context, *, reader: Reader | None = None,
                  wall: Callable[[], float] | None = None,
                  resolve: Callable[[str], Awaitable[list[str]]] | None = None,
-                 egress: Egress | None = None, conntrack: Conntrack | None = None) -> None:
+                 egress: Egress | None = None, conntrack: Conntrack | None = None,
+                 forget: Forget | None = None) -> None:
         self.ctx = ctx
+        self._forget = forget or _forget_source
+        self._forget_due = False
+        """The active uplink switched: re-set the watched peers' endpoints (userspace)."""
         self._egress = egress or Egress()
         self._sources: dict[tuple[str, str], tuple[str | None, str | None, float]] = {}
         """(interface, peer) -> (endpoint, the source address the kernel chose for it, when
@@ -152,6 +166,9 @@ class WireguardCheck:
         self._history: dict[tuple[str, str], PeerHistory] = {}
         self._views: tuple[PeerView, ...] = ()
         self._reasons: dict[tuple[str, str], str] = {}
+        self._uplinks = checks.role("uplink").names(ctx.config)
+        self._active: Any = None
+        """The uplink check's last ``detail.active`` (interface, switches) seen."""
 
     # metrics ---------------------------------------------------------------------------
     def describe(self) -> list[Metric]:
@@ -186,8 +203,56 @@ class WireguardCheck:
             return every, [e.message for e in choice.unresolved], choice.targets
         return choice.watched, [], choice.targets
 
+    def _follow_uplink(self) -> None:
+        """Forget every learned source address when the active uplink switched (the
+        uplink check's ``detail.active`` in the snapshot): the next lookups learn the new
+        uplink's. The uplink check asks for this run at once after a switch."""
+        snap = self.ctx.snapshot()
+        for name in self._uplinks:
+            status = snap.checks.get(name)
+            active = status.detail.get("active") if status is not None else None
+            if not isinstance(active, Mapping):
+                continue
+            seen = (active.get("interface"), active.get("switches"))
+            if seen != self._active:
+                if self._active is not None and self._sources:
+                    log.info("active uplink now %s: re-learning the source addresses",
+                             seen[0], extra={"check": NAME})
+                    self._sources.clear()
+                    self._uplink.clear()
+                if self._active is not None and seen[0] is not None:
+                    self._forget_due = self._settings.forget_source
+                self._active = seen
+
+    async def _forget_sources(self, devices: list[DeviceStats],
+                              chosen: dict[str, set[str]]) -> None:
+        """After a switch: re-set each watched peer's endpoint on a userspace device, so
+        it stops sending from the old uplink's address (a kernel device needs nothing)."""
+        if not self._forget_due:
+            return
+        self._forget_due = False
+        for device in devices:
+            if device.reader != "uapi":
+                continue
+            peers = [p for p in device.peers
+                     if p.public_key in chosen.get(device.interface, set()) and p.endpoint]
+            done = 0
+            for p in peers:
+                try:
+                    await self._forget(device.interface, p.public_key, str(p.endpoint))
+                    done += 1
+                except WireGuardError as err:
+                    log.warning("cannot re-set peer %s's endpoint: %s", p.fingerprint, err,
+                                extra={"check": NAME, "interface": device.interface})
+            if done:
+                log.info("uplink failover: %d peer(s) on %s re-set to their endpoint, so "
+                         "the device sends from the new uplink's address", done,
+                         device.interface, extra={"check": NAME,
+                                                  "interface": device.interface})
+
     async def run(self) -> CheckResult:
         now, wall = self.ctx.clock(), self._wall()
+        self._follow_uplink()
         devices: list[DeviceStats] = []
         problems: dict[str, tuple[str, str]] = {}
         missing: list[str] = []
@@ -206,6 +271,7 @@ class WireguardCheck:
         views: list[PeerView] = []
         seen: set[tuple[str, str]] = set()
         chosen, unresolved, targets = await self._watched(devices)
+        await self._forget_sources(devices, chosen)
         for device in devices:
             watched = chosen.get(device.interface, set())
             for peer in device.peers:
@@ -355,7 +421,10 @@ checks.register(checks.Registration(
     doc=__doc__ or "", kinds=KINDS, alert=_alert, validate=validate,
     reasons=tuple(REASONS), default_enabled=True, role="tunnel", reason_states=REASONS,
     vocabulary={"send_failing": frozenset({"send_failing"}),
-                "uplink_causes": UPLINK_CAUSES}))
+                "uplink_causes": UPLINK_CAUSES,
+                # a watched peer that had a session and is no longer answered: what a
+                # stale NAT mapping looks like (the ladder's rebind rung)
+                "unanswered": frozenset({"stalled", "dead"})}))
 
 __all__ = ["HASTEN_EVERY", "HASTEN_MAX", "HASTEN_VERDICTS", "KINDS", "NAME", "PeerView",
            "Targets", "WireguardCheck", "listed_peers",

@@ -38,6 +38,10 @@ API server does, including its failure modes (tests/kubeapi/ holds it to kubectl
   after ``replace_delay`` (while the old one is still listed) and turns Running and Ready
   after ``ready_delay``; ``on_replace`` callbacks see (old, new) pods — the WireGuard lab
   uses them to rebuild the stand-in Flannel's tunnel;
+- **Leases** (``coordination.k8s.io/v1``: get, list, watch) **renewed by a stand-in
+  kubelet**, with its NodeStatus and the node lifecycle controller's ``Unknown`` when the
+  renewals stop (:mod:`.heartbeats`, each behaviour from kubelet's and the controller's
+  source);
 - **Events** (create, get, list, watch) and **Node status** (PATCH
   ``/api/v1/nodes/{name}/status``: strategic merge by condition ``type``, or JSON merge);
 - **Table** answers for ``kubectl get`` (``Accept: ...;as=Table;g=meta.k8s.io``);
@@ -64,7 +68,8 @@ never imported by the agent.
 
 Where each part lives: :mod:`.server` composes :class:`FakeKube` from :mod:`.store` (the
 objects, resourceVersions, history and watchers), :mod:`.controller` (nodes, the
-DaemonSet controller, the kubelet), :mod:`.authz` (users, the permission table, the self
+DaemonSet controller, the kubelet), :mod:`.heartbeats` (leases, the kubelet's heartbeats,
+the lifecycle controller), :mod:`.authz` (users, the permission table, the self
 reviews), :mod:`.faults`, :mod:`.reads` (list and watch) and :mod:`.writes` (delete,
 create, patch), over :mod:`.wire` (paths, the error ``Status``), :mod:`.discovery`,
 :mod:`.selectors` and :mod:`.protobuf`.

@@ -122,9 +122,13 @@ class Authz:
     AGENT_RULES: tuple[tuple[str, str, str | None], ...] = (
         ("get", "pods", ""), ("list", "pods", ""), ("watch", "pods", ""),
         ("delete", "pods", ""), ("create", "events", "default"),
-        ("patch", "nodes/status", None))
+        ("patch", "nodes/status", None), ("get", "nodes", None),
+        ("get", "leases.coordination.k8s.io", "kube-node-lease"))
     """What k3s-manifests/rbac.yaml grants the agent, as (verb, resource, namespace);
-    ``""`` is the Flannel namespace (tests/remediation/test_manifests.py keeps it equal)."""
+    ``""`` is the Flannel namespace (tests/remediation/test_kube_rbac.py keeps it equal).
+    A resource of an API group other than core is named with its group
+    (``leases.coordination.k8s.io``). rbac.yaml limits the last two to the node's own
+    name (``resourceNames``); the table has no names, so here they are any node's."""
 
     def allow_agent(self, user: str, namespace: str = "kube-flannel") -> None:
         """Grant :attr:`AGENT_RULES`."""
@@ -160,8 +164,9 @@ class Authz:
         else:
             request[TARGET] = target
             verb = verb_of(request.method, target, request.query)
+            resource = f"{target.full}.{target.group}" if target.group else target.full
             allowed = ((target.group, target.resource) in SELF_REVIEWS and verb == "create"
-                       ) or self.permitted(user, verb, target.full, target.namespace)
+                       ) or self.permitted(user, verb, resource, target.namespace)
             attrs = Attributes(user, verb, target.full, target.namespace, target.name,
                                target.group, allowed=allowed)
             self.authorized.append(attrs)
@@ -220,9 +225,9 @@ class Authz:
                     resource += "/" + attributes["subresource"]
                 group = attributes.get("group", "")
                 verb = attributes.get("verb", "")
+                qualified = f"{resource}.{group}" if group else resource
                 allowed = ((group, resource) in SELF_REVIEWS and verb == "create") or (
-                    group == "" and self.permitted(user, verb, resource,
-                                                   attributes.get("namespace") or None))
+                    self.permitted(user, verb, qualified, attributes.get("namespace") or None))
             elif plain:
                 allowed = plain.get("verb") == "get" and any(
                     plain.get("path", "") == p or str(plain.get("path", "")).startswith(

@@ -43,6 +43,8 @@ RESOURCES = (
     Resource("", "nodes/status", "Node", False, ("get", "patch")),
     Resource("", "pods", "Pod", True, ("delete", "get", "list", "watch"), "pod", ("po",),
              ("all",)),
+    Resource("coordination.k8s.io", "leases", "Lease", True, ("get", "list", "watch"),
+             "lease"),
     Resource("authentication.k8s.io", "selfsubjectreviews", "SelfSubjectReview", False,
              ("create",), "selfsubjectreview"),
     Resource("authorization.k8s.io", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
@@ -51,6 +53,7 @@ RESOURCES = (
              False, ("create",), "selfsubjectrulesreview"),
 )
 KINDS = {r.name: r.kind for r in RESOURCES if "/" not in r.name}
+API_VERSIONS = {r.name: r.group_version for r in RESOURCES if "/" not in r.name}
 GROUPS = tuple(sorted({r.group for r in RESOURCES if r.group}))
 
 
@@ -184,6 +187,9 @@ COLUMNS: dict[str, list[Obj]] = {
               _column("Kernel-Version", "Kernel version reported by the node.", priority=1),
               _column("Container-Runtime", "Container runtime reported by the node.",
                       priority=1)],
+    "leases": [_NAME_COLUMN, _column("Holder", "The holder identity of the lease."),
+               _column("Age", "CreationTimestamp is a timestamp representing the server "
+                       "time when this object was created.")],
     "events": [_column("Last Seen", "Time when last event from this group was observed."),
                _column("Type", "Type of this event (Normal, Warning), new types could be "
                        "added in the future."),
@@ -241,7 +247,14 @@ def _event_cells(event: Obj, now: datetime) -> list[Any]:
             event.get("message", "")]
 
 
-_CELLS = {"pods": _pod_cells, "nodes": _node_cells, "events": _event_cells}
+def _lease_cells(lease: Obj, now: datetime) -> list[Any]:
+    spec = lease.get("spec") or {}
+    return [lease["metadata"]["name"], spec.get("holderIdentity") or "",
+            _age(lease["metadata"].get("creationTimestamp"), now)]
+
+
+_CELLS = {"pods": _pod_cells, "nodes": _node_cells, "events": _event_cells,
+          "leases": _lease_cells}
 
 
 def table(resource: str, objects: Iterable[Obj], *, version: str, resource_version: str,

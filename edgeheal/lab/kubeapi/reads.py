@@ -104,7 +104,7 @@ class Reads(Store):
             body["metadata"].update(meta)
             return web.json_response(body)
         return web.json_response({"kind": f"{discovery.KINDS[target.resource]}List",
-                                  "apiVersion": "v1",
+                                  "apiVersion": discovery.API_VERSIONS[target.resource],
                                   "metadata": meta, "items": [copy.deepcopy(o) for o in page]})
 
     def _continue_from(self, token: str) -> tuple[str, int]:
@@ -151,7 +151,8 @@ class Reads(Store):
             meta: Obj = {"resourceVersion": str(self._rv)}
             if annotations:
                 meta["annotations"] = annotations
-            return frame("BOOKMARK", {"kind": discovery.KINDS[resource], "apiVersion": "v1",
+            return frame("BOOKMARK", {"kind": discovery.KINDS[resource],
+                                      "apiVersion": discovery.API_VERSIONS[resource],
                                       "metadata": meta})
 
         # Registering and reading the history happen without an await in between: no

@@ -31,6 +31,7 @@ from edgeheal.lab.kubeapi.authz import (
     forbidden_message,
 )
 from edgeheal.lab.kubeapi.faults import Fault, Faults
+from edgeheal.lab.kubeapi.heartbeats import Heartbeats
 from edgeheal.lab.kubeapi.reads import Reads
 from edgeheal.lab.kubeapi.wire import (
     NAME_CHARS,
@@ -54,7 +55,7 @@ __all__ = ["DISCOVERY_PATHS", "NAME_CHARS", "SELF_REVIEWS", "TARGET", "USER", "W
            "Target", "forbidden_message", "parse_path", "status_body", "verb_of"]
 
 
-class FakeKube(Writes, Reads, Authz, Faults):
+class FakeKube(Writes, Heartbeats, Reads, Authz, Faults):
     """The test API server. See the package docstring."""
 
     def __init__(self, *, ready_delay: float = 0.3, replace_delay: float = 0.05,
@@ -75,6 +76,7 @@ class FakeKube(Writes, Reads, Authz, Faults):
         self._setup_controller(ready_delay=ready_delay, replace_delay=replace_delay,
                                stop_delay=stop_delay, grace=grace, version=version)
         self._setup_writes()
+        self._setup_heartbeats()
         self._setup_authz(trustme.CA())
         self._setup_faults()
         self.bookmark_interval = bookmark_interval
@@ -193,7 +195,7 @@ class FakeKube(Writes, Reads, Authz, Faults):
         if verb not in resource.verbs:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method "
                            "on the requested resource")
-        if target.group:
+        if target.group and target.group != "coordination.k8s.io":
             return await self._review(request, target)
         if verb in ("list", "watch"):
             return await self._list(request, target, watch=verb == "watch")

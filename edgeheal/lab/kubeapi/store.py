@@ -26,11 +26,11 @@ class _Watcher:
 
 
 class Store:
-    """Pods, nodes and events by ``(namespace, name)``, their changes, the open watches."""
+    """Pods, nodes, events and leases by ``(namespace, name)``, their changes, the open watches."""
 
     def _setup_store(self, history: int) -> None:
         self._store: dict[str, dict[tuple[str, str], Obj]] = {
-            "pods": {}, "nodes": {}, "events": {}}
+            "pods": {}, "nodes": {}, "events": {}, "leases": {}}
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
         self._compacted = 0
         self._watchers: list[_Watcher] = []

@@ -16,7 +16,7 @@ module              checks
                     ``.route``
 ``offload``         ``offload``
 ``clock``           ``time``
-``state``           ``state.dir``, ``state.outbox``
+``state``           ``state.dir``, ``state.outbox``, ``state.formats``
 ``reach``           ``mqtt.direct``, ``mqtt.tunnel``
 ``kubernetes``      ``kubernetes.api``, ``kubernetes.rbac``
 ``k3s_service``     ``k3s-service.unit``, ``k3s-service.polkit``
@@ -112,6 +112,7 @@ async def examine(config: Config, system: System, *, probe_mtu: bool = False,
             await _guard("time", sync(lambda: clock.synchronized(system))),
             await _guard("state.dir", sync(lambda: state.directory(config))),
             await _guard("state.outbox", sync(lambda: state.outbox(config, system))),
+            await _guard("state.formats", sync(lambda: state.formats(config))),
         ]
         network = await remote
     except BaseException:

@@ -11,6 +11,9 @@ get/list/watch/delete pods  ``pod`` (and ``auto``) remediation: find,    fail (`
 in the Flannel namespace    delete and watch this node's Flannel pod    warn (``auto``)
 create events in default    ``[kubernetes] events``                     warn
 patch nodes/status          ``[kubernetes] node_condition``             warn
+get this node's Lease in    the ``control`` check (``[control]``)       warn
+kube-node-lease, get its
+Node (by name)
 ==========================  ==========================================  ================
 
 Every call has a short timeout and no retry: the doctor reports, it does not wait out an
@@ -41,11 +44,15 @@ class Need:
     namespace: str
     why: str
     missing: Result
+    group: str = ""
+    name: str = ""
 
     def describe(self) -> str:
-        resource = self.resource + (f"/{self.subresource}" if self.subresource else "")
+        resource = self.resource + (f".{self.group}" if self.group else "") + (
+            f"/{self.subresource}" if self.subresource else "")
+        named = f" {self.name}" if self.name else ""
         where = f" in namespace {self.namespace}" if self.namespace else " (cluster-scoped)"
-        return f"{self.verb} {resource}{where}"
+        return f"{self.verb} {resource}{named}{where}"
 
 
 def needs(config: Config) -> list[Need]:
@@ -66,6 +73,13 @@ def needs(config: Config) -> list[Need]:
     if kube.node_condition:
         wanted.append(Need("patch", "nodes", "status", "", "[kubernetes] node_condition",
                            Result.WARN))
+    if "control" in config.sections and config.control.enabled:
+        from edgeheal.boundaries.kube.node import LEASE_NAMESPACE
+
+        wanted += [Need("get", "leases", "", LEASE_NAMESPACE, "the control check",
+                        Result.WARN, group="coordination.k8s.io", name=config.node),
+                   Need("get", "nodes", "", "", "the control check", Result.WARN,
+                        name=config.node)]
     return wanted
 
 
@@ -104,7 +118,9 @@ async def _rbac(config: Config, client: KubeClient) -> Finding:
         return skip(name, "the configuration needs no permission")
     missing: list[Need] = []
     for need in wanted:
-        attributes = {"verb": need.verb, "resource": need.resource, "group": ""}
+        attributes = {"verb": need.verb, "resource": need.resource, "group": need.group}
+        if need.name:
+            attributes["name"] = need.name
         if need.subresource:
             attributes["subresource"] = need.subresource
         if need.namespace:
@@ -128,6 +144,6 @@ async def _rbac(config: Config, client: KubeClient) -> Finding:
     text = "; ".join(f"missing {n.describe()} (needed for {n.why})" for n in missing)
     fix = ("grant it: apply k3s-manifests/rbac.yaml for this node's service account (the "
            "Role in the Flannel namespace, the Role for events in default, the ClusterRole "
-           "for nodes/status)")
+           "for nodes/status, and for the control check the node's Lease and Node roles)")
     detail = {"missing": [n.describe() for n in missing], "granted": granted}
     return (fail if worst is Result.FAIL else warn)(name, text, fix, **detail)

@@ -1,4 +1,5 @@
-"""State: ``state_dir`` is writable and has room, and the alert outbox can be read.
+"""State: ``state_dir`` is writable and has room, the alert outbox can be read, and no state
+file is of a newer format than this build reads (``state.formats``: a downgrade).
 
 Nothing permanent is written: writability is ``os.access`` plus one temporary file created
 and removed at once (a read-only filesystem or a full disk shows there, where
@@ -16,7 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgeheal.agent.alerts import outbox_file
 from edgeheal.agent.alerts.engine import OUTBOX_FILE
+from edgeheal.agent.remediation import history
+from edgeheal.base import statefile
 from edgeheal.tools.doctor.finding import Finding, fail, ok, warn
 
 if TYPE_CHECKING:
@@ -98,6 +102,42 @@ def outbox(config: Config, system: System) -> Finding:
                     "check the [alerts] target's reachability below and "
                     "`journalctl -u edgeheal | grep alert`", **detail)
     return ok(name, text, **detail)
+
+
+HISTORY_FILES = ("remediation-history.json", "uplink-history.json")
+"""The ladders' history files (Flannel's, the uplink's), in the format of ``history``."""
+
+
+def formats(config: Config) -> Finding:
+    """Each state file's format against what this build reads (read-only; a damaged file is
+    the agent's to move aside, not this row's)."""
+    name = "state.formats"
+    directory = Path(config.agent.state_dir)
+    found: dict[str, int] = {}
+    newer: list[statefile.Newer] = []
+    version = outbox_file.format_of(directory / OUTBOX_FILE)
+    if version is not None:
+        found[OUTBOX_FILE] = max(version, 1)  # 0: release 0.2.0's, format 1
+        if version > outbox_file.FORMAT:
+            newer.append(statefile.Newer(OUTBOX_FILE, version, outbox_file.FORMAT))
+    for file in HISTORY_FILES:
+        try:
+            data = statefile.read(directory / file)
+            if data is not None:
+                found[file] = statefile.format_of(data, what=file, known=history.FORMAT)
+        except statefile.NewerFormat as err:
+            newer.append(err.newer)
+        except (statefile.StateFileError, OSError):
+            continue
+    if newer:
+        return warn(name, "; ".join(n.describe() for n in newer),
+                    "install the edgeheal release that wrote them again, or move the files "
+                    "aside (the agent then starts that state afresh)",
+                    newer=[n.detail() for n in newer])
+    if not found:
+        return ok(name, "no state files yet")
+    return ok(name, ", ".join(f"{f} format {v}" for f, v in found.items())
+              + " (this build reads them)", formats=found)
 
 
 _FIX = ("the agent moves a corrupt outbox aside by itself on start; check the file's owner "
