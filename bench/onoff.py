@@ -51,7 +51,9 @@ FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_rec
                "uplink-outage": "outage_start", "lossy-link": "loss_start",
                "dead-neighbour": "neighbour_off", "flapping-uplink": "flapping_start",
                "stuck-modem": "modem_stuck", "no-coverage": "coverage_lost",
-               "pmtu-blackhole": "mtu_dropped", "uplink-failover": "switch_0",
+               "pmtu-blackhole": "mtu_dropped", "modem-vanishes": "modem_vanished",
+               "registration-denied": "registration_denied",
+               "nm-stuck-modem": "nm_modem_stuck", "uplink-failover": "switch_0",
                "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered"}
 """The mark where each scenario's fault begins; absent: the fault is there from boot."""
 NO_AGENT_WAIT = 15.0

@@ -12,9 +12,13 @@ manager):
 
 - ``org.freedesktop.ModemManager1.Modem``: ``State`` (``i``, MMModemState), ``SignalQuality``
   (``(ub)``: percent, recent), ``Device`` (``s``: the physical device's sysfs path),
-  ``Ports`` (``a(su)``), ``Bearers`` (``ao``);
+  ``Ports`` (``a(su)``), ``Bearers`` (``ao``); ``StateFailedReason`` (``u``,
+  MMModemStateFailedReason) and ``UnlockRequired`` (``u``, MMModemLock), read when present
+  (every ModemManager since 1.0 has them; a reply without them reads "none");
 - ``org.freedesktop.ModemManager1.Modem.Modem3gpp``: ``RegistrationState`` (``u``,
-  MMModem3gppRegistrationState), absent on a modem without 3GPP;
+  MMModem3gppRegistrationState), absent on a modem without 3GPP; ``NetworkRejection``
+  (``a{sv}``, its ``error`` ``u``: MMNetworkError, the 3GPP reject cause of TS 24.008
+  10.5.3.6 / TS 24.301 9.9.3.9), new in ModemManager 1.24 and read when present;
 - ``org.freedesktop.ModemManager1.Bearer``: ``Connected`` (``b``), ``Interface`` (``s``),
   ``Properties`` (``a{sv}``).
 
@@ -24,8 +28,10 @@ bearer's ``Properties`` carry the APN's user and password: they are kept only to
 with, hidden from ``repr`` and never put in a message.
 
 Privilege: reading needs nothing (ModemManager's bus policy lets anyone call
-``Properties`` and ``ObjectManager``). ``Simple.Connect``/``Disconnect`` are allowed by the
-bus policy and then authorized by polkit action ``org.freedesktop.ModemManager1.Device.Control``
+``Properties`` and ``ObjectManager``). ``Simple.Connect``/``Disconnect`` and
+``Modem.Enable`` (the ``radio-cycle`` rung: ``mmcli --disable`` then ``--enable``) are
+allowed by the bus policy and then authorized by polkit action
+``org.freedesktop.ModemManager1.Device.Control``
 (``systemd/49-edgeheal-uplink.rules`` grants it to user ``edgeheal``); a refusal is a
 :class:`ModemError` with ``reason == "denied"``.
 
@@ -78,6 +84,23 @@ MODEM_STATES = {
     9: "disconnecting", 10: "connecting", 11: "connected",
 }
 """MMModemState -> lower-case name; a value ModemManager may add later reads "unknown"."""
+FAILED_REASONS = {0: "none", 1: "unknown", 2: "sim-missing", 3: "sim-error",
+                  4: "unknown-capabilities", 5: "esim-without-profiles"}
+"""MMModemStateFailedReason -> the name mmcli prints (ModemManager-enums.h)."""
+LOCKS = {0: "unknown", 1: "none", 2: "sim-pin", 3: "sim-pin2", 4: "sim-puk", 5: "sim-puk2",
+         6: "ph-sp-pin", 7: "ph-sp-puk", 8: "ph-net-pin", 9: "ph-net-puk", 10: "ph-sim-pin",
+         11: "ph-corp-pin", 12: "ph-corp-puk", 13: "ph-fsim-pin", 14: "ph-fsim-puk",
+         15: "ph-netsub-pin", 16: "ph-netsub-puk"}
+"""MMModemLock -> the name mmcli prints (ModemManager-enums.h)."""
+NETWORK_ERRORS = {
+    2: "imsi-unknown-in-hlr", 3: "illegal-ms", 4: "imsi-unknown-in-vlr",
+    5: "imei-not-accepted", 6: "illegal-me", 7: "gprs-not-allowed",
+    8: "gprs-and-non-gprs-not-allowed", 11: "plmn-not-allowed",
+    12: "location-area-not-allowed", 13: "roaming-not-allowed-in-location-area",
+    14: "gprs-not-allowed-in-plmn", 15: "no-cells-in-location-area",
+    17: "network-failure", 22: "congestion", 33: "requested-service-option-not-subscribed"}
+"""The commonest MMNetworkError values (3GPP reject causes) -> mmcli's names; another
+value reads ``cause N``."""
 REGISTRATION_STATES = {
     0: "idle", 1: "home", 2: "searching", 3: "denied", 4: "unknown", 5: "roaming",
     6: "home-sms-only", 7: "roaming-sms-only", 8: "emergency-only",
@@ -129,6 +152,20 @@ class Modem:
     ports: tuple[tuple[str, int], ...]
     """(name, MMModemPortType) pairs."""
     bearers: tuple[Bearer, ...]
+    failed_reason: str = "none"
+    """``Modem.StateFailedReason``'s name (:data:`FAILED_REASONS`), meaningful when
+    ``state`` is ``failed``."""
+    unlock_required: str = "none"
+    """``Modem.UnlockRequired``'s name (:data:`LOCKS`): what a ``locked`` modem waits for."""
+    reject_cause: int = 0
+    """``Modem3gpp.NetworkRejection["error"]`` (MMNetworkError; 0: none or not reported)."""
+
+    @property
+    def reject_name(self) -> str:
+        """The reject cause as mmcli names it ("" when none was reported)."""
+        if not self.reject_cause:
+            return ""
+        return NETWORK_ERRORS.get(self.reject_cause, f"cause {self.reject_cause}")
 
 
 class ModemManager:
@@ -192,6 +229,22 @@ class ModemManager:
             raise ModemError(f"reconnecting {modem.path} took longer than "
                              f"{self.connect_timeout:g}s", reason="timeout") from None
         log.info("modem %s reconnected: bearer %s", modem.path, path,
+                 extra={"modem": modem.path})
+
+    async def enable(self, modem: Modem, on: bool) -> None:
+        """``Modem.Enable(on)``: what ``mmcli -m X --disable``/``--enable`` do. Disabling
+        turns the radio off (ModemManager tears the sessions down and the modem detaches
+        from the network); enabling powers it on again and re-registers, which is how a
+        refused attach is retried without a power cycle. Bounded by ``connect_timeout``."""
+        _check_path(modem.path, MODEM_PREFIX, "modem path")
+        try:
+            async with compat.timeout(self.connect_timeout):
+                await self._call(modem.path, MODEM_IFACE, "Enable", "b", [on])
+        except compat.TimeoutErrors:
+            await self._drop()
+            raise ModemError(f"{'enabling' if on else 'disabling'} {modem.path} took longer "
+                             f"than {self.connect_timeout:g}s", reason="timeout") from None
+        log.info("modem %s %s", modem.path, "enabled" if on else "disabled",
                  extra={"modem": modem.path})
 
     async def close(self) -> None:
@@ -279,10 +332,17 @@ class ModemManager:
         if len(bearer_paths) > MAX_BEARERS:
             raise ModemError(f"{path}: Bearers has {len(bearer_paths)} entries, more than "
                              f"{MAX_BEARERS}", reason="malformed")
-        registration = ""
+        registration, reject = "", 0
         if gpp is not None:
             value = _get(gpp, "RegistrationState", "u", path)
             registration = REGISTRATION_STATES.get(value, "unknown")
+            rejection = _optional(gpp, "NetworkRejection", "a{sv}", path)
+            if rejection is not None:
+                error = rejection.get("error")
+                if error is not None and getattr(error, "signature", None) == "u":
+                    reject = int(error.value)
+        failed = _optional(props, "StateFailedReason", "u", path)
+        lock = _optional(props, "UnlockRequired", "u", path)
         bearers = []
         for bearer_path in bearer_paths:
             _check_path(bearer_path, BEARER_PREFIX, f"{path}: Bearers")
@@ -292,7 +352,12 @@ class ModemManager:
         return Modem(path=path, state=MODEM_STATES.get(state, "unknown"),
                      registration=registration, signal_quality=int(quality),
                      signal_recent=bool(recent), device=device, ports=ports,
-                     bearers=tuple(bearers))
+                     bearers=tuple(bearers),
+                     failed_reason=FAILED_REASONS.get(failed, "unknown") if failed is not None
+                     else "none",
+                     unlock_required=LOCKS.get(lock, "unknown") if lock is not None
+                     else "none",
+                     reject_cause=reject)
 
     async def _bearer(self, path: str) -> Bearer | None:
         try:
@@ -324,6 +389,11 @@ def _get(props: dict[str, Any], name: str, signature: str, where: str) -> Any:
                          f"{getattr(variant, 'signature', '?')!r}, expected {signature!r}",
                          reason="malformed")
     return variant.value
+
+
+def _optional(props: dict[str, Any], name: str, signature: str, where: str) -> Any:
+    """Like :func:`_get`, for a property an older ModemManager may lack: None if absent."""
+    return _get(props, name, signature, where) if name in props else None
 
 
 def _string(value: str, limit: int, what: str) -> str:

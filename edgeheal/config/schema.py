@@ -195,6 +195,13 @@ class UplinkSettings(CheckSettings):
     dbus_address: str = setting(
         "", "D-Bus address of ModemManager's bus. Empty: the system bus (lab and tests "
         "set a private one).")
+    modem_absent_after: float = setting(
+        120.0, "The uplink's modem (seen since the agent started, or its interface unplugged "
+        "or re-enumerated) missing from ModemManager (or ModemManager not answering) this "
+        "long is `modem_absent`: longer "
+        "than a USB re-enumeration and ModemManager's probing of the new device take "
+        "(tens of seconds), so a modem that resets by itself is not taken for a lost one.",
+        duration=True, bounds=(10.0, 86400.0))
     events: bool = setting(
         True, "Listen to rtnetlink link and default-route events (one idle socket, no "
         "polling) and run the check at once when one of the uplinks moves: a failover "
@@ -462,7 +469,8 @@ class RebindSettings:
         duration=True, bounds=(1.0, 600.0))
 
 
-UPLINK_RUNGS = ("modem-reconnect", "link-bounce", "usb-reauthorize", "reboot")
+UPLINK_RUNGS = ("modem-reconnect", "radio-cycle", "link-bounce", "modemmanager-restart",
+                "usb-reauthorize", "reboot")
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,17 +478,23 @@ class UplinkLadderSettings:
     """`[remediation.uplink]`: the uplink ladder (docs/remediation-uplink.md)."""
 
     enabled: bool = setting(
-        False, "Run the uplink ladder: when the `uplink` check says `stuck` and every "
-        "direct-path MQTT target fails too, try the rungs one by one. Off by default.")
+        False, "Run the uplink ladder: when the `uplink` check says `stuck`, "
+        "`modem_absent`, `modem_failed` or `registration_denied` and every direct-path MQTT "
+        "target fails too, try that verdict's rungs one by one. Off by default.")
     dry_run: bool = setting(False, "Log and alert what would be done; do nothing.")
     rungs: tuple[str, ...] = setting(
-        UPLINK_RUNGS[:3], "The rungs, in escalation order (a subset of "
-        "`modem-reconnect`, `link-bounce`, `usb-reauthorize`, `reboot`). A rung that "
-        "cannot act here (no ModemManager, `usb_device` empty, `reboot` false) is "
-        "skipped. One rung up per attempt that did not cure.")
+        UPLINK_RUNGS[:5], "The rungs, in escalation order (a subset of "
+        "`modem-reconnect`, `radio-cycle`, `link-bounce`, `modemmanager-restart`, "
+        "`usb-reauthorize`, `reboot`). Each verdict takes only its own (`stuck`: "
+        "modem-reconnect, radio-cycle, link-bounce, usb-reauthorize, reboot; "
+        "`modem_absent`/`modem_failed`: modemmanager-restart, usb-reauthorize, reboot; "
+        "`registration_denied`: radio-cycle, at most once an hour). A rung that cannot act "
+        "here (no ModemManager, `usb_device` empty, `reboot` false) is skipped. One rung up "
+        "per attempt that did not cure.")
     act_after: float = setting(
-        300.0, "How long the uplink must have been `stuck` (and every direct-path target "
-        "failed) before the first rung.", duration=True, bounds=(0.0, 86400.0))
+        300.0, "How long the uplink must have been `stuck` or `registration_denied` (and "
+        "every direct-path target failed) before the first rung (`modem_absent` already "
+        "waited `[uplink] modem_absent_after`).", duration=True, bounds=(0.0, 86400.0))
     cooldown: float = setting(
         120.0, "Least time between two rungs.", duration=True, bounds=(0.0, 86400.0))
     max_per_hour: int = setting(4, "Most rungs in any sliding hour, across agent restarts.")
@@ -495,6 +509,14 @@ class UplinkLadderSettings:
         90.0, "How long to wait after a rung for the uplink check and every direct-path "
         "target to be ok again (a modem re-registers in tens of seconds).",
         duration=True, bounds=(1.0, 3600.0))
+    modemmanager_unit: str = setting(
+        "ModemManager.service", "The `modemmanager-restart` rung: the unit restarted over "
+        "systemd's D-Bus API (polkit grants exactly `restart` of this unit: "
+        "49-edgeheal-uplink.rules).")
+    modemmanager_timeout: float = setting(
+        60.0, "How long the `modemmanager-restart` rung waits for the restart job and the "
+        "unit active again (ModemManager re-probes its modems after that; the ladder's "
+        "`verify_timeout` covers it).", duration=True, bounds=(1.0, 600.0))
     usb_device: str = setting(
         "", "The `usb-reauthorize` rung: `modem` (the USB device ModemManager reports for "
         "the modem) or a USB device name under /sys/bus/usb/devices (`1-1`). Empty: the "

@@ -6,9 +6,11 @@ firmware hang) stays stuck until someone power-cycles the box. The local remedie
 data session, a bounced interface, a re-enumerated USB device, a reboot — are cheap when
 the modem is the problem and harmful when it is not: they cut a working link, race the
 manager that owns the modem, or reboot a node that only had no coverage. So the ladder acts
-on exactly one verdict, the ``uplink`` check's ``stuck``, and only when the agent's other
-evidence agrees: every direct-path MQTT target failed too (one broker's outage is not the
-uplink's; the check's own second probe answering already means not stuck).
+on four verdicts of the ``uplink`` check only — ``stuck``, ``modem_absent``,
+``modem_failed``, ``registration_denied`` — each with its own rungs (:data:`RUNGS_FOR`),
+and only when the agent's other evidence agrees: every direct-path MQTT target failed too
+(one broker's outage is not the uplink's; the check's own second probe answering already
+means not stuck).
 
 ``decide(view, history, now, settings) -> [Action]`` (first matching rule wins):
 
@@ -18,17 +20,24 @@ uplink's; the check's own second probe answering already means not stuck).
    (said once per episode): nothing local helps a cell without coverage, and an address, a
    route or a link that is gone is the modem manager's (or the operator's) business, not a
    reason to reset a modem that may be re-registering right now. **Never a rung.**
-3. any other state (``unknown``: the agent cannot tell, e.g. no ModemManager; or not yet
-   measured): no rung. When the direct path fails meanwhile: ``skip`` ``uplink_unknown``.
-4. ``stuck`` passes, each a ``skip`` with its reason: ``paused``, ``circuit_open`` (shared,
-   :func:`edgeheal.core.safeguards.held`); ``direct_path_ok`` (a direct-path target is not failed:
-   the uplink carries traffic); ``stuck_window`` (stuck, with every direct-path target
-   failed, for less than ``act_after``); ``no_rung`` (no usable rung on this node);
-   then the shared :func:`edgeheal.core.safeguards.throttled` (``open_circuit`` once
-   ``min(give_up_after, usable rungs)`` rungs in a row did not cure, ``startup_grace``,
-   ``cooldown``, ``budget_exhausted``); for the ``reboot`` rung ``reboot_once_a_day``.
-5. otherwise ``restart`` with ``rung`` = the usable rung at index ``failures_in_row``: one
-   rung up per attempt that did not cure (``dry_run`` marks it).
+3. any other state (``unknown``: the agent cannot tell, e.g. no ModemManager, or a SIM a
+   person must fix; or not yet measured): no rung. When the direct path fails meanwhile:
+   ``skip`` ``uplink_unknown``.
+4. ``stuck``, ``modem_absent``, ``modem_failed``, ``registration_denied`` pass, each a
+   ``skip`` with its reason: ``paused``, ``circuit_open`` (shared,
+   :func:`edgeheal.core.safeguards.held`); ``direct_path_ok`` (a direct-path target is not
+   failed: the uplink carries traffic); ``stuck_window`` (for ``stuck`` and
+   ``registration_denied``: so, with every direct-path target failed, for less than
+   ``act_after``); ``no_rung`` (no usable rung on this node for this verdict); then the
+   shared :func:`edgeheal.core.safeguards.throttled` (``open_circuit`` once
+   ``min(give_up_after, the verdict's usable rungs)`` rungs in a row did not cure,
+   ``startup_grace``, ``cooldown``, ``budget_exhausted``); for the ``reboot`` rung
+   ``reboot_once_a_day``; for ``registration_denied`` ``denied_once_an_hour`` (a
+   ``radio-cycle`` for a denial in the last hour).
+5. otherwise ``restart`` with ``rung`` = the verdict's usable rung at index
+   ``failures_in_row``: one rung up per attempt that did not cure (``dry_run`` marks it).
+   A denial has one rung, so one ``radio-cycle`` that did not cure opens the circuit: the
+   critical alert says a person is needed, and nothing heavier is ever tried.
 
 **The reboot gates.** Off unless configured (the rung is not usable without
 ``reboot = true``); never within ``startup_grace`` of boot (the shared grace counts from
@@ -57,14 +66,36 @@ if TYPE_CHECKING:
 
 REBOOT = "reboot"
 """The rung the once-a-day gate applies to."""
+RADIO_CYCLE = "radio-cycle"
 DAY = 86400.0
+HOUR = 3600.0
+RUNGS_FOR: Mapping[str, tuple[str, ...]] = {
+    "stuck": ("modem-reconnect", "radio-cycle", "link-bounce", "usb-reauthorize", REBOOT),
+    "modem_absent": ("modemmanager-restart", "usb-reauthorize", REBOOT),
+    "modem_failed": ("modemmanager-restart", "usb-reauthorize", REBOOT),
+    "registration_denied": (RADIO_CYCLE,),
+}
+"""Which rungs may act on which verdict (the policy's table; their order on a node is
+``[remediation.uplink] rungs``, filtered by this). A stuck session wants a new session
+first, then the radio, the link, the USB device; a modem that vanished or failed wants
+its manager restarted (ModemManager re-probes every modem on start), then the USB device;
+a refused registration gets one radio off/on (a network that refuses again is the
+operator's to fix) and never anything heavier: a reboot does not buy credit."""
+ACT_AFTER_FOR = frozenset({"stuck", "registration_denied"})
+"""Verdicts that wait ``act_after`` before the first rung: silence may end by itself, and
+a denial may be a congested cell's passing refusal. ``modem_absent`` already waited
+``[uplink] modem_absent_after``; ``modem_failed`` is ModemManager's final word on that
+modem object."""
+DENIED_EVERY = HOUR
+"""At most one ``radio-cycle`` this often for ``registration_denied``."""
 NO_RUNG_REASONS = frozenset({"no_coverage", "no_address", "no_route", "link_down"})
 """Uplink verdicts the ladder never acts on, and says so."""
 WORDING = Wording(attempts="rungs", subject="the uplink")
 
 SKIP_REASONS = ("no_coverage", "no_address", "no_route", "link_down", "uplink_unknown",
                 "paused", "circuit_open", "direct_path_ok", "stuck_window", "no_rung",
-                "startup_grace", "cooldown", "budget_exhausted", "reboot_once_a_day")
+                "startup_grace", "cooldown", "budget_exhausted", "reboot_once_a_day",
+                "denied_once_an_hour")
 """Every ``skip`` reason :func:`decide` gives (the metrics count each from 0; a test keeps
 this list in step with the function's source)."""
 
@@ -123,14 +154,14 @@ def decide(view: UplinkView, history: History, now: float,
         return []
     if view.reason in NO_RUNG_REASONS and view.uplink is State.FAILED:
         return [Action("skip", view.reason, _why_not(view.reason))]
-    if view.uplink is not State.FAILED or view.reason != "stuck":
+    if view.uplink is not State.FAILED or view.reason not in RUNGS_FOR:
         if view.direct_failed_since is not None:
             return [Action("skip", "uplink_unknown", (
                 f"the direct path fails and the uplink check says {view.reason or 'nothing'}"
                 f" ({view.uplink.value if view.uplink else 'not run'}): the agent cannot "
                 "tell a stuck modem from no coverage, so no rung"))]
         return []
-    failure = "uplink_stuck"
+    failure = FAILURES[view.reason]
     held = ladder.held(history, now, failure, WORDING)
     if held is not None:
         return [held]
@@ -140,29 +171,47 @@ def decide(view: UplinkView, history: History, now: float,
             f"{failure}, but not every direct-path target fails ({up}): traffic passes, "
             "or there is nothing to confirm the silence with; no rung"))]
     stuck_since = max(view.since, view.direct_failed_since)
-    if now - stuck_since < settings.act_after:
+    if view.reason in ACT_AFTER_FOR and now - stuck_since < settings.act_after:
         return [Action("skip", "stuck_window", (
-            f"{failure}: stuck with the direct path down for {now - stuck_since:.0f}s; the "
-            f"first rung waits {settings.act_after:g}s (it may come back by itself)"))]
-    if not view.rungs:
-        return [Action("skip", "no_rung", f"{failure}: no usable rung on this node")]
+            f"{failure}: {view.reason} with the direct path down for "
+            f"{now - stuck_since:.0f}s; the first rung waits {settings.act_after:g}s (it "
+            "may come back by itself)"))]
+    rungs = tuple(r for r in view.rungs if r in RUNGS_FOR[view.reason])
+    if not rungs:
+        return [Action("skip", "no_rung", (
+            f"{failure}: no usable rung on this node for {view.reason} (it takes "
+            f"{', '.join(RUNGS_FOR[view.reason])})"))]
     limits = Limits(settings.cooldown, settings.max_per_hour, settings.startup_grace,
-                    min(settings.give_up_after, len(view.rungs)))
+                    min(settings.give_up_after, len(rungs)))
     throttled = ladder.throttled(history, now, failure, limits,
                                  started_mono=view.started_mono,
                                  booted_mono=view.booted_mono, wording=WORDING)
     if throttled is not None:
         return [throttled]
-    rung = view.rungs[min(history.failures_in_row, len(view.rungs) - 1)]
+    rung = rungs[min(history.failures_in_row, len(rungs) - 1)]
     if rung == REBOOT:
         blocked = _reboot_blocked(history, now, view.booted_mono)
         if blocked:
             return [Action("skip", "reboot_once_a_day", f"{failure}: {blocked}")]
+    if view.reason == "registration_denied":
+        last = [r.mono for r in history.records if r.mode == RADIO_CYCLE
+                and r.reason == failure and r.result != "dry_run" and r.mono is not None
+                and now - r.mono < DENIED_EVERY]
+        if last:
+            return [Action("skip", "denied_once_an_hour", (
+                f"{failure}: the radio was cycled {now - max(last):.0f}s ago and the "
+                "network refuses the modem again: a SIM, subscription or plan the operator "
+                "must fix (at most one radio off/on an hour; nothing heavier helps)"))]
     verb = "would try" if settings.dry_run else "trying"
-    step = view.rungs.index(rung) + 1
+    step = rungs.index(rung) + 1
     return [Action("restart", failure,
-                   f"{failure}: {verb} rung {step}/{len(view.rungs)} ({rung})",
+                   f"{failure}: {verb} rung {step}/{len(rungs)} ({rung})",
                    dry_run=settings.dry_run, rung=rung)]
+
+
+FAILURES = {"stuck": "uplink_stuck", "modem_absent": "modem_absent",
+            "modem_failed": "modem_failed", "registration_denied": "registration_denied"}
+"""The failure each verdict acts on, as actions, history records and alerts name it."""
 
 
 def _reboot_blocked(history: History, now: float, booted_mono: float) -> str:

@@ -23,6 +23,18 @@ own bus policy, reduced to what is used):
 (One extra: dbus-fast also sends an ``InterfacesAdded`` from the object's own path when it
 exports one; ModemManager does not. Clients match on the manager's path, as they must.)
 
+Since the second round also: ``Modem.StateFailedReason`` ``u`` and ``UnlockRequired`` ``u``,
+``Modem3gpp.NetworkRejection`` ``a{sv}`` (``error`` ``u``, ModemManager 1.24), and
+``Modem.Enable(b)``, which behaves as ModemManager's ``handle_enable_auth_ready``
+(``src/mm-iface-modem.c``): below ``locked`` (a ``failed`` modem) it answers
+``Core.WrongState`` "modem in failed state"; disabling tears the bearers down and goes
+``disabling`` -> ``disabled`` (registration ``idle``); enabling goes ``enabling`` ->
+``enabled`` -> ``searching`` -> ``registered`` (or registration ``denied`` with the reject
+cause while :meth:`FakeModemManager.deny_registration` holds), and does not reconnect a
+bearer (ModemManager never does that by itself; a connection manager does). Lab controls
+make a modem ``failed`` with a reason (:meth:`FakeModemManager.fail`), vanish and return
+(:meth:`remove_modem`, :meth:`add_modem`), and be refused by the network.
+
 ``Simple.Connect`` behaves as ModemManager's: unknown property keys or wrong types are
 ``Core.InvalidArgs``; without registration (home/roaming) it fails with
 ``MobileEquipment.NoNetwork``; a bearer with the same properties is reused, else one is
@@ -60,6 +72,8 @@ from dbus_fast.service import ServiceInterface, dbus_method, dbus_property, dbus
 from edgeheal.boundaries.modemmanager import (
     BEARER_IFACE,
     BEARER_PREFIX,
+    FAILED_REASONS,
+    LOCKS,
     MODEM_3GPP_IFACE,
     MODEM_IFACE,
     MODEM_PREFIX,
@@ -87,6 +101,8 @@ BEARER_KEYS = {"apn": "s", "ip-type": "u", "allowed-auth": "u", "user": "s", "pa
                "apn-type": "u", "multiplex": "u"}
 """The bearer settings ModemManager's Simple.Connect accepts, and their D-Bus types."""
 STATE_CODES = {name: code for code, name in MODEM_STATES.items()}
+FAILED_CODES = {name: code for code, name in FAILED_REASONS.items()}
+LOCK_CODES = {name: code for code, name in LOCKS.items()}
 REGISTRATION_CODES = {name: code for code, name in REGISTRATION_STATES.items()}
 PORT_NET, PORT_AT, PORT_QMI = 2, 3, 6
 """MMModemPortType values."""
@@ -119,6 +135,12 @@ class FakeModem:
     signal_recent: bool = True
     has_3gpp: bool = True
     bearers: list[FakeBearer] = field(default_factory=list)
+    failed_reason: str = "none"
+    unlock_required: str = "none"
+    reject_cause: int = 0
+    """NetworkRejection's ``error`` (0: none, the property's dict is empty)."""
+    denied: int = 0
+    """While non-zero, every registration attempt is denied with this reject cause."""
 
     @property
     def path(self) -> str:
@@ -135,18 +157,25 @@ def _modem_props(modem: FakeModem) -> dict[str, V]:
             "Device": V("s", modem.device), "Ports": V("a(su)", [list(p) for p in modem.ports]),
             "Bearers": V("ao", [b.path for b in modem.bearers]),
             "PrimaryPort": V("s", "cdc-wdm0"), "Manufacturer": V("s", "edgeheal lab"),
-            "Model": V("s", "stand-in LTE modem")}
+            "Model": V("s", "stand-in LTE modem"),
+            "StateFailedReason": V("u", FAILED_CODES[modem.failed_reason]),
+            "UnlockRequired": V("u", LOCK_CODES[modem.unlock_required])}
+
+
+def _rejection(modem: FakeModem) -> dict[str, V]:
+    return {"error": V("u", modem.reject_cause)} if modem.reject_cause else {}
 
 
 def _gpp_props(modem: FakeModem) -> dict[str, V]:
     return {"RegistrationState": V("u", REGISTRATION_CODES[modem.registration]),
-            "OperatorName": V("s", "Lab Carrier")}
+            "OperatorName": V("s", "Lab Carrier"),
+            "NetworkRejection": V("a{sv}", _rejection(modem))}
 
 
 class _Modem(ServiceInterface):
-    def __init__(self, modem: FakeModem) -> None:
+    def __init__(self, fake: FakeModemManager, modem: FakeModem) -> None:
         super().__init__(MODEM_IFACE)
-        self.modem = modem
+        self.fake, self.modem = fake, modem
 
     @dbus_property(access=PropertyAccess.READ)
     def State(self) -> DBusInt32:
@@ -180,6 +209,18 @@ class _Modem(ServiceInterface):
     def Model(self) -> DBusStr:
         return "stand-in LTE modem"
 
+    @dbus_property(access=PropertyAccess.READ)
+    def StateFailedReason(self) -> DBusUInt32:
+        return FAILED_CODES[self.modem.failed_reason]
+
+    @dbus_property(access=PropertyAccess.READ)
+    def UnlockRequired(self) -> DBusUInt32:
+        return LOCK_CODES[self.modem.unlock_required]
+
+    @dbus_method()
+    async def Enable(self, enable: DBusBool):  # type: ignore[no-untyped-def]
+        await self.fake.enable(self.modem, bool(enable))
+
     @dbus_signal()
     def StateChanged(self, old: int, new: int,
                      reason: int) -> Annotated[tuple[int, int, int], DBusSignature("iiu")]:
@@ -198,6 +239,10 @@ class _Modem3gpp(ServiceInterface):
     @dbus_property(access=PropertyAccess.READ)
     def OperatorName(self) -> DBusStr:
         return "Lab Carrier"
+
+    @dbus_property(access=PropertyAccess.READ)
+    def NetworkRejection(self) -> DBusDict:
+        return _rejection(self.modem)
 
 
 class _Simple(ServiceInterface):
@@ -251,7 +296,7 @@ class FakeModemManager(BusStandIn):
     connect_delay: float = 0.3
     """Simulated time to bring the data session up."""
     calls: list[tuple[str, str]] = field(default_factory=list)
-    """Every Simple call: (method, modem path)."""
+    """Every Simple and Enable call: (method, modem path); Enable(false) is "Disable"."""
     connects: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The properties (plain values) of every Simple.Connect accepted."""
     _ifaces: dict[str, dict[str, ServiceInterface]] = field(default_factory=dict)
@@ -301,7 +346,7 @@ class FakeModemManager(BusStandIn):
 
     def _export(self, modem: FakeModem) -> None:
         assert self._bus is not None  # noqa: S101 - internal invariant
-        ifaces: dict[str, ServiceInterface] = {MODEM_IFACE: _Modem(modem),
+        ifaces: dict[str, ServiceInterface] = {MODEM_IFACE: _Modem(self, modem),
                                                 SIMPLE_IFACE: _Simple(self, modem)}
         if modem.has_3gpp:
             ifaces[MODEM_3GPP_IFACE] = _Modem3gpp(modem)
@@ -365,6 +410,71 @@ class FakeModemManager(BusStandIn):
         self.set_registration(modem, "searching")
         self.set_signal(modem, 0)
         self.set_state(modem, "searching")
+
+    def fail(self, modem: FakeModem, reason: str = "unknown") -> None:
+        """ModemManager gives up on the modem: ``failed`` with ``StateFailedReason``."""
+        for bearer in modem.bearers:
+            if bearer.connected:
+                self.set_bearer(bearer, False)
+        modem.failed_reason = reason
+        self._changed(modem.path, MODEM_IFACE, {"StateFailedReason": FAILED_CODES[reason]})
+        self.set_state(modem, "failed")
+
+    def lock(self, modem: FakeModem, lock: str = "sim-pin") -> None:
+        """The SIM asks for a PIN (or PUK): ``locked`` with ``UnlockRequired``."""
+        modem.unlock_required = lock
+        self._changed(modem.path, MODEM_IFACE, {"UnlockRequired": LOCK_CODES[lock]})
+        self.set_state(modem, "locked")
+
+    def deny_registration(self, modem: FakeModem, cause: int) -> None:
+        """The network refuses the modem (``cause``: an MMNetworkError, 0 lifts it): the
+        session drops, registration ``denied`` with ``NetworkRejection``; the modem stays
+        ``enabled`` (MMModemState has no "denied")."""
+        modem.denied = cause
+        if not cause:
+            return
+        for bearer in modem.bearers:
+            if bearer.connected:
+                self.set_bearer(bearer, False)
+        self.register(modem)
+
+    def register(self, modem: FakeModem) -> None:
+        """A registration attempt: denied while ``denied`` holds, else registered."""
+        if modem.denied:
+            modem.reject_cause = modem.denied
+            self._changed(modem.path, MODEM_3GPP_IFACE,
+                          {"NetworkRejection": _rejection(modem)})
+            self.set_registration(modem, "denied")
+            self.set_state(modem, "enabled")
+            return
+        modem.reject_cause = 0  # cleared once registered (the property's documentation)
+        self._changed(modem.path, MODEM_3GPP_IFACE, {"NetworkRejection": {}})
+        self.set_registration(modem, "home")
+        self.set_state(modem, "registered")
+
+    async def enable(self, modem: FakeModem, on: bool) -> None:
+        """``Modem.Enable``: see the module docstring."""
+        self._authorize("Enable" if on else "Disable", modem)
+        if STATE_CODES[modem.state] < STATE_CODES["locked"]:
+            raise DBusError(ERR + "Core.WrongState", f"modem in {modem.state} state")
+        if on:
+            if STATE_CODES[modem.state] >= STATE_CODES["enabled"]:
+                return
+            self.set_state(modem, "enabling")
+            await asyncio.sleep(self.connect_delay)
+            self.set_state(modem, "enabled")
+            self.set_state(modem, "searching")
+            self.register(modem)
+            return
+        if STATE_CODES[modem.state] <= STATE_CODES["disabled"]:
+            return
+        self.set_state(modem, "disabling")
+        for bearer in modem.bearers:
+            if bearer.connected:
+                self.set_bearer(bearer, False)
+        await asyncio.sleep(0)
+        self.set_registration(modem, "idle")
+        self.set_state(modem, "disabled")
 
     def _changed(self, path: str, interface: str, values: dict[str, Any]) -> None:
         iface = self._ifaces.get(path, {}).get(interface)

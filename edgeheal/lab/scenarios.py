@@ -737,6 +737,15 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("no-coverage", "the modem loses the network for longer than the ladder waits "
              "on a stuck modem; the agent only alerts", uplinklab.no_coverage, budget=330,
              modem=True),
+    Scenario("modem-vanishes", "ModemManager loses the modem and the session with it; the "
+             "uplink ladder restarts ModemManager, which finds it again", uplinklab.
+             modem_vanishes, budget=240, modem=True),
+    Scenario("nm-stuck-modem", "a stuck modem that NetworkManager owns; the uplink ladder "
+             "re-activates its connection through NetworkManager, never behind its back",
+             uplinklab.nm_stuck_modem, budget=330, modem=True),
+    Scenario("registration-denied", "the network refuses the SIM (no data in the plan); "
+             "one radio off/on, then only alerts, never a heavier rung", uplinklab.
+             registration_denied, budget=330, modem=True),
     Scenario("stale-nat", "the carrier moves the edge's public address and its NAT keeps "
              "the tunnel's flow on the old one; the agent's rebind rung moves WireGuard to a "
              "fresh port and it heals, no Flannel restart", stale_nat, budget=300,

@@ -184,6 +184,9 @@ class World:
         move, keeping established flows on the old one (:mod:`edgeheal.lab.carriernat`)."""
         self.modems: dict[str, Any] = {}
         """edge name -> its FakeModemManager (edgeheal.lab.modemmanager)."""
+        self.modem_units: dict[str, Any] = {}
+        """edge name -> the stand-in systemd on its modem bus, with ModemManager.service
+        (the ``modemmanager-restart`` rung's target)."""
         self.sandbox = Sandbox()
         self.cloud = ""
         self.cloud_wg = ""
@@ -455,8 +458,9 @@ class World:
         run(["ethtool", "-K", edge.uplink, "tx", "on" if on else "off"], ns=edge.ns)
 
     def recreate_uplink(self, edge: Edge) -> None:
-        """The modem re-enumerates: the uplink is deleted and comes back, offload on."""
-        run(["ip", "link", "del", edge.uplink], ns=edge.ns)
+        """The modem re-enumerates: the uplink is deleted (if still there) and comes back,
+        offload on."""
+        run(["ip", "link", "del", edge.uplink], ns=edge.ns, check=False)
         self.sandbox.veth(edge.ns, edge.carrier, addr_a=f"{edge.edge_ip}/24",
                           addr_b=f"{edge.carrier_edge_ip}/24", name_a=edge.uplink)
         run(["ip", "route", "replace", "default", "via", edge.carrier_edge_ip], ns=edge.ns)
@@ -610,7 +614,7 @@ class World:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        for fake in self.modems.values():
+        for fake in (*self.modem_units.values(), *self.modems.values()):
             await fake.close()
         if self.kube is not None:
             try:

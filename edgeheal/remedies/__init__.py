@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from edgeheal.boundaries.kube import KubeClient
     from edgeheal.config import Config
 
-BUILTIN = ("pod", "k3s_service", "modem_reconnect", "link_bounce", "usb_reauthorize",
-           "reboot", "rebind")
+BUILTIN = ("pod", "k3s_service", "modem_reconnect", "radio_cycle", "link_bounce",
+           "modemmanager_restart", "usb_reauthorize", "reboot", "rebind")
 """Remedy modules, in ``mode = "auto"``'s probe order: a Flannel pod on this node is the
 surer sign (DaemonSet Flannel), a K3s unit exists on every K3s node. The uplink ladder's
 rungs (``ladder = "uplink"``) follow; ``auto`` never considers them, and their order on

@@ -128,6 +128,8 @@ class K3sServiceRemedy:
     """Restarts the K3s unit over systemd's D-Bus API (see the module docstring)."""
 
     mode = MODE
+    WHAT = "K3s"
+    """What the unit is, in messages (a subclass restarts another unit)."""
 
     def __init__(self, settings: ServiceSettings, *, bus_address: str | None = None) -> None:
         self.settings = settings
@@ -148,7 +150,7 @@ class K3sServiceRemedy:
         async with self._connect() as bus:
             unit, why = await self._resolve(bus)
             if unit is None:
-                raise RemedyError(f"cannot restart K3s: {why}", config_problem=True)
+                raise RemedyError(f"cannot restart {self.WHAT}: {why}", config_problem=True)
             try:
                 return await self._restart(bus, unit, started)
             except BusError as err:

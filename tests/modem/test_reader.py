@@ -68,6 +68,59 @@ async def test_state_changes_are_read_on_the_next_call(modem_bus: SystemBus) -> 
         assert seen.bearers[0].interface == ""
 
 
+async def test_failure_lock_and_rejection_read_as_modemmanager_says(
+        modem_bus: SystemBus) -> None:
+    fake = FakeModemManager(modem_bus.address)
+    modem = fake.add_modem(DEVICE, "wwan0")
+    async with fake, reader(modem_bus) as mm:
+        (healthy,) = await mm.modems()
+        assert (healthy.failed_reason, healthy.unlock_required, healthy.reject_cause) == (
+            "none", "none", 0)
+        fake.deny_registration(modem, 33)
+        (denied,) = await mm.modems()
+        assert (denied.state, denied.registration, denied.reject_cause) == (
+            "enabled", "denied", 33)
+        assert denied.reject_name == "requested-service-option-not-subscribed"
+        assert [b.connected for b in denied.bearers] == [False]
+        fake.lock(modem, "sim-puk")
+        (locked,) = await mm.modems()
+        assert (locked.state, locked.unlock_required) == ("locked", "sim-puk")
+        fake.fail(modem, "sim-missing")
+        (failed,) = await mm.modems()
+        assert (failed.state, failed.failed_reason) == ("failed", "sim-missing")
+
+
+async def test_enable_off_and_on_goes_through_modemmanagers_states(
+        modem_bus: SystemBus) -> None:
+    fake = FakeModemManager(modem_bus.address, connect_delay=0.05)
+    modem = fake.add_modem(DEVICE, "wwan0")
+    async with fake, reader(modem_bus) as mm:
+        (seen,) = await mm.modems()
+        await mm.enable(seen, False)
+        (off,) = await mm.modems()
+        assert (off.state, off.registration) == ("disabled", "idle")
+        assert [b.connected for b in off.bearers] == [False]
+        await mm.enable(off, True)
+        (on,) = await mm.modems()
+        assert (on.state, on.registration) == ("registered", "home")
+        assert [b.connected for b in on.bearers] == [False]  # MM never reconnects by itself
+        fake.fail(modem, "unknown")
+        with pytest.raises(ModemError, match="WrongState"):
+            await mm.enable(on, True)
+    assert [c[0] for c in fake.calls] == ["Disable", "Enable", "Enable"]
+
+
+async def test_a_modemmanager_without_the_newer_properties_reads_them_as_none(
+        modem_bus: SystemBus) -> None:
+    gpp = {"RegistrationState": V("u", 3)}  # denied, and no NetworkRejection (MM < 1.24)
+    objects = {"/org/freedesktop/ModemManager1/Modem/0": {
+        **modem_object(), "org.freedesktop.ModemManager1.Modem.Modem3gpp": gpp}}
+    async with raw_service(modem_bus, objects), reader(modem_bus) as mm:
+        (modem,) = await mm.modems()
+    assert (modem.registration, modem.reject_cause, modem.reject_name) == ("denied", 0, "")
+    assert (modem.failed_reason, modem.unlock_required) == ("none", "none")
+
+
 async def test_reconnect_disconnects_then_connects_with_the_bearers_own_properties(
         modem_bus: SystemBus) -> None:
     healed: list[str] = []

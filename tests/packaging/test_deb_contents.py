@@ -129,10 +129,13 @@ def test_a_pkla_grants_what_its_rule_grants(unpacked: tuple[Path, Path]) -> None
     for pkla, rule in pairs:
         lines = [ln for ln in pkla.read_text().splitlines() if ln and not ln.startswith("#")]
         assert re.fullmatch(r"\[[^]]+\]", lines[0]), pkla
-        keys = dict(ln.split("=", 1) for ln in lines[1:])
-        assert keys == {"Identity": "unix-user:edgeheal", "Action": keys["Action"],
-                        "ResultAny": "yes", "ResultInactive": "yes", "ResultActive": "yes"}
-        assert f'"{keys["Action"]}"' in rule.read_text(), (pkla, rule)
+        starts = [i for i, ln in enumerate(lines) if ln.startswith("[")]
+        for start, end in zip(starts, [*starts[1:], len(lines)], strict=True):
+            keys = dict(ln.split("=", 1) for ln in lines[start + 1:end])
+            assert keys == {"Identity": "unix-user:edgeheal", "Action": keys["Action"],
+                            "ResultAny": "yes", "ResultInactive": "yes",
+                            "ResultActive": "yes"}
+            assert f'"{keys["Action"]}"' in rule.read_text(), (pkla, rule)
 
 
 def test_lintian_finds_nothing(debs: dict[str, Path]) -> None:

@@ -103,3 +103,70 @@ def test_the_action_is_the_one_modemmanager_declares() -> None:
     policy = Path("/usr/share/polkit-1/actions/org.freedesktop.ModemManager1.policy")
     assert policy.exists(), "ModemManager is not installed: install.sh --dev installs it"
     assert f'<action id="{DEVICE_CONTROL_ACTION}">' in policy.read_text(encoding="utf-8")
+
+
+MM_UNIT = "ModemManager.service"
+
+
+def test_the_uplink_rule_grants_exactly_the_restart_of_modemmanager() -> None:
+    """``modemmanager-restart``: verb restart of ModemManager.service, nothing wider: not
+    stop or start of it, not a restart of another unit, not for another user."""
+    table([UPLINK, K3S], [
+        (MANAGE, {"unit": MM_UNIT, "verb": "restart"}, "edgeheal", "yes"),
+        (MANAGE, {"unit": MM_UNIT, "verb": "stop"}, "edgeheal", "no"),
+        (MANAGE, {"unit": MM_UNIT, "verb": "start"}, "edgeheal", "no"),
+        (MANAGE, {"unit": MM_UNIT, "verb": "reload"}, "edgeheal", "no"),
+        (MANAGE, {"unit": "NetworkManager.service", "verb": "restart"}, "edgeheal", "no"),
+        (MANAGE, {"unit": "ModemManager.service.d", "verb": "restart"}, "edgeheal", "no"),
+        (MANAGE, {"unit": "sshd.service", "verb": "restart"}, "edgeheal", "no"),
+        (MANAGE, {"unit": "k3s-agent.service", "verb": "restart"}, "edgeheal", "yes"),
+        (MANAGE, {"unit": MM_UNIT, "verb": "restart"}, "nobody", "not_handled"),
+        (MANAGE, {"unit": MM_UNIT, "verb": "restart"}, "root", "not_handled"),
+    ])
+    table([UPLINK], [(MANAGE, {"unit": MM_UNIT, "verb": "restart"}, "edgeheal", "yes"),
+                     (MANAGE, {"unit": MM_UNIT, "verb": "stop"}, "edgeheal", "not_handled")])
+
+
+NM_CONTROL = "org.freedesktop.NetworkManager.network-control"
+NM_OTHER = ("org.freedesktop.NetworkManager.settings.modify.system",
+            "org.freedesktop.NetworkManager.enable-disable-network",
+            "org.freedesktop.NetworkManager.enable-disable-wwan",
+            "org.freedesktop.NetworkManager.reload", "org.freedesktop.NetworkManager.sleep-wake")
+
+
+def test_the_uplink_rule_grants_networkmanagers_network_control_and_nothing_more() -> None:
+    table([UPLINK, K3S], [
+        (NM_CONTROL, {}, "edgeheal", "yes"),
+        *[(action, {}, "edgeheal", "no") for action in NM_OTHER],
+        (NM_CONTROL, {}, "nobody", "not_handled"),
+    ])
+    table([UPLINK], [(action, {}, "edgeheal", "not_handled") for action in NM_OTHER])
+
+
+def test_the_action_is_the_one_networkmanager_checks() -> None:
+    from edgeheal.remedies.modem_reconnect import NM_CONTROL_ACTION
+
+    assert NM_CONTROL_ACTION == NM_CONTROL
+
+
+def test_the_pkla_keeps_in_step_with_the_rule_and_never_grants_manage_units() -> None:
+    """polkit 0.105's format cannot see a unit: the package's .pkla grants ModemManager's
+    and NetworkManager's actions (neither has details), and says why the restart is not
+    in it."""
+    pkla = SYSTEMD.parent / "packaging/debian/polkit/49-edgeheal-uplink.pkla"
+    text = pkla.read_text(encoding="utf-8")
+    actions = [ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith("Action=")]
+    assert actions == [DEVICE_CONTROL_ACTION, NM_CONTROL]
+    rule = UPLINK.read_text(encoding="utf-8")
+    assert all(f'"{action}"' in rule for action in actions)
+    assert "manage-units" in text  # the comment saying why not
+    assert MANAGE in UPLINK.read_text(encoding="utf-8")
+
+
+def test_the_restart_action_and_unit_are_the_rungs_own() -> None:
+    from edgeheal.config import UplinkLadderSettings
+    from edgeheal.remedies.modemmanager_restart import POLKIT_RULE
+
+    assert UplinkLadderSettings().modemmanager_unit == MM_UNIT
+    assert POLKIT_RULE.endswith("/" + UPLINK.name)
+    assert f'"{MM_UNIT}"' in UPLINK.read_text(encoding="utf-8")

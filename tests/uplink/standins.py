@@ -1,22 +1,23 @@
-"""Test stand-ins on a private dbus-daemon: logind's Manager (the ``reboot`` rung) and the
-part of NetworkManager the ``modem-reconnect`` rung asks (does it manage the interface?).
+"""Test stand-ins on a private dbus-daemon: logind's Manager (the ``reboot`` rung). The
+NetworkManager stand-in the ``modem-reconnect`` rung drives is the lab's
+(:mod:`edgeheal.lab.networkmanager`), re-exported here.
 
-Faithful to the real APIs for the calls used: ``org.freedesktop.login1.Manager`` at
+Faithful to the real API for the calls used: ``org.freedesktop.login1.Manager`` at
 ``/org/freedesktop/login1`` with ``Reboot(b interactive)`` and ``CanReboot() -> s``
-(logind's names and signatures); ``org.freedesktop.NetworkManager.GetDeviceByIpIface(s) ->
-o`` (``org.freedesktop.NetworkManager.UnknownDevice`` for an interface it does not know)
-and the device's ``org.freedesktop.NetworkManager.Device.Managed`` ``b`` property."""
+(logind's names and signatures)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dbus_fast import DBusError, PropertyAccess
 from dbus_fast.aio import MessageBus
-from dbus_fast.annotations import DBusBool, DBusObjectPath, DBusStr
-from dbus_fast.service import ServiceInterface, dbus_method, dbus_property
+from dbus_fast.annotations import DBusBool, DBusStr
+from dbus_fast.service import ServiceInterface, dbus_method
 
+from edgeheal.lab.networkmanager import FakeNetworkManager
 from edgeheal.lab.standin import BusStandIn
+
+__all__ = ["DENY_REBOOT", "LOGIND_POLICY", "FakeLogind", "FakeNetworkManager"]
 
 LOGIND_POLICY = """\
     <allow own="org.freedesktop.login1"/>
@@ -54,39 +55,3 @@ class FakeLogind(BusStandIn):
 
     def _serve(self, bus: MessageBus) -> None:
         bus.export("/org/freedesktop/login1", _Logind(self))
-
-
-class _NM(ServiceInterface):
-    def __init__(self, fake: FakeNetworkManager) -> None:
-        super().__init__("org.freedesktop.NetworkManager")
-        self.fake = fake
-
-    @dbus_method()
-    def GetDeviceByIpIface(self, iface: DBusStr) -> DBusObjectPath:
-        if iface not in self.fake.devices:
-            raise DBusError("org.freedesktop.NetworkManager.UnknownDevice",
-                            "No device found for the requested iface.")
-        return f"/org/freedesktop/NetworkManager/Devices/{list(self.fake.devices).index(iface)}"
-
-
-class _Device(ServiceInterface):
-    def __init__(self, managed: bool) -> None:
-        super().__init__("org.freedesktop.NetworkManager.Device")
-        self.managed = managed
-
-    @dbus_property(access=PropertyAccess.READ)
-    def Managed(self) -> DBusBool:
-        return self.managed
-
-
-@dataclass
-class FakeNetworkManager(BusStandIn):
-    SERVICE = "org.freedesktop.NetworkManager"
-    address: str
-    devices: dict[str, bool] = field(default_factory=dict)
-    """ip interface -> Managed."""
-
-    def _serve(self, bus: MessageBus) -> None:
-        bus.export("/org/freedesktop/NetworkManager", _NM(self))
-        for i, (_, managed) in enumerate(self.devices.items()):
-            bus.export(f"/org/freedesktop/NetworkManager/Devices/{i}", _Device(managed))

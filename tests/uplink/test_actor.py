@@ -370,3 +370,72 @@ async def test_a_stuck_after_no_coverage_waits_act_after_from_the_change(
     world.clock.advance(25)  # 65 s after the change
     await rem.evaluate(world.read())
     assert rungs["modem-reconnect"].calls == 1
+
+
+ALL_RUNGS = ("modem-reconnect", "radio-cycle", "link-bounce", "modemmanager-restart",
+             "usb-reauthorize", "reboot")
+
+
+def _all(tmp_path: Path) -> tuple[World, dict[str, Rung]]:
+    world = World(cfg.loads_generic(_with_rungs(tmp_path, ALL_RUNGS)),
+                  Clock(now=10_000.0, step=0.05))
+    return world, {m: Rung(m, world) for m in ALL_RUNGS}
+
+
+def _with_rungs(tmp_path: Path, rungs: tuple[str, ...]) -> str:
+    return f"""
+[agent]
+node_name = "edge-1"
+state_dir = "{tmp_path / 'state'}"
+[uplink]
+interfaces = ["wwan0"]
+[[mqtt.targets]]
+name = "broker-direct"
+host = "127.0.0.1"
+path = "direct"
+[remediation]
+mode = "none"
+[remediation.uplink]
+enabled = true
+act_after = "60s"
+startup_grace = "0s"
+cooldown = "10s"
+verify_timeout = "5s"
+reboot = true
+rungs = {json.dumps(list(rungs))}
+"""
+
+
+async def test_a_denied_registration_gets_one_radio_cycle_then_only_alerts(
+        tmp_path: Path) -> None:
+    """A day of a network refusing the SIM, every rung usable (reboot too): exactly one
+    radio-cycle, then the circuit opens with its critical alert, and nothing more."""
+    world, rungs = _all(tmp_path)
+    world.reason = "registration_denied"
+    rem = actor(world, rungs)
+    await rem.probe_rungs()
+    for _ in range(24 * 6):  # a day in 10-minute steps
+        world.clock.advance(600)
+        await rem.evaluate(world.read())
+    assert {m: r.calls for m, r in rungs.items() if r.calls} == {"radio-cycle": 1}
+    assert "uplink_ladder.circuit_open" in world.kinds()
+    circuit = next(e for e in world.events if e.kind == "uplink_ladder.circuit_open")
+    assert "registration_denied" in circuit.message
+    assert rem.history.circuit_open
+
+
+async def test_a_vanished_modem_restarts_modemmanager_first_and_never_reconnects(
+        tmp_path: Path) -> None:
+    world, rungs = _all(tmp_path)
+    world.reason = "modem_absent"
+    rungs["modemmanager-restart"].cures = True
+    rem = actor(world, rungs)
+    await rem.probe_rungs()
+    for _ in range(20):
+        world.clock.advance(30)
+        await rem.evaluate(world.read())
+        if world.healthy:
+            break
+    assert [r for r in world.order if r.startswith("rung:")] == ["rung:modemmanager-restart"]
+    assert world.kinds()[-1] == "uplink_ladder.recovered"
+    assert rungs["modem-reconnect"].calls == 0

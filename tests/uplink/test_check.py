@@ -32,13 +32,15 @@ def link(name: str = "wwan0", *, oper: str = "UP", carrier: bool = True,
 
 
 def modem(*, state: str = "connected", registration: str = "home", signal: int = 60,
-          connected: bool = True, interface: str = "wwan0") -> Modem:
+          connected: bool = True, interface: str = "wwan0", failed_reason: str = "none",
+          unlock_required: str = "none", reject_cause: int = 0) -> Modem:
     bearer = Bearer(path="/org/freedesktop/ModemManager1/Bearer/0", connected=connected,
                     interface=interface, properties={"apn": "internet", "password": SECRET})
     return Modem(path="/org/freedesktop/ModemManager1/Modem/0", state=state,
                  registration=registration, signal_quality=signal, signal_recent=True,
                  device="/sys/devices/usb1/1-1", ports=(("cdc-wdm0", 1), (interface, 2)),
-                 bearers=(bearer,))
+                 bearers=(bearer,), failed_reason=failed_reason,
+                 unlock_required=unlock_required, reject_cause=reject_cause)
 
 
 WINDOW = 60.0
@@ -63,8 +65,24 @@ CASES: list[tuple[str, tuple[Interface, ...], Modem | None, float, str,
      (State.FAILED, "link_down")),
     ("not registered is no_coverage", (link(),), modem(registration="searching"), 100.0, "",
      (State.FAILED, "no_coverage")),
-    ("registration denied is no_coverage", (link(),), modem(registration="denied"), 0.0, "",
-     (State.FAILED, "no_coverage")),
+    ("registration denied is its own verdict, not no_coverage", (link(),),
+     modem(state="enabled", registration="denied", reject_cause=7), 0.0, "",
+     (State.FAILED, "registration_denied")),
+    ("a denial with the link down is still registration_denied (it can be acted on)",
+     (link(oper="DOWN", carrier=False),), modem(state="enabled", registration="denied"),
+     0.0, "", (State.FAILED, "registration_denied")),
+    ("failed for no SIM reason is modem_failed, before link_down",
+     (link(oper="DOWN", carrier=False),), modem(state="failed", failed_reason="unknown"),
+     0.0, "", (State.FAILED, "modem_failed")),
+    ("failed for a missing SIM is modem_not_ready: a person's fix", (link(),),
+     modem(state="failed", failed_reason="sim-missing"), 100.0, "",
+     (State.UNKNOWN, "modem_not_ready")),
+    ("failed for an eSIM without profile is modem_not_ready", (),
+     modem(state="failed", failed_reason="esim-without-profiles"), 0.0, "",
+     (State.UNKNOWN, "modem_not_ready")),
+    ("a PIN-locked SIM is modem_not_ready, even with the link down", (),
+     modem(state="locked", unlock_required="sim-pin"), 0.0, "",
+     (State.UNKNOWN, "modem_not_ready")),
     ("no signal is no_coverage", (link(),), modem(signal=0), 100.0, "",
      (State.FAILED, "no_coverage")),
     ("a searching modem without 3GPP is no_coverage", (link(),),
@@ -86,6 +104,37 @@ CASES: list[tuple[str, tuple[Interface, ...], Modem | None, float, str,
     ("one of two uplinks up and routed is enough", (link("eth1", oper="DOWN"), link()),
      modem(), 0.0, "", (State.OK, "ok")),
 ]
+
+
+def test_the_modems_own_verdicts_name_the_cause_and_the_fix() -> None:
+    denied = judge(Evidence((link(),), modem(state="enabled", registration="denied",
+                                              reject_cause=7), "", 0.0, ""), WINDOW)
+    assert "reject cause 7 gprs-not-allowed" in denied.message
+    assert denied.detail["modem"]["reject_cause"] == 7
+    missing = judge(Evidence((link(),), modem(state="failed", failed_reason="sim-missing"),
+                             "", 0.0, ""), WINDOW)
+    assert missing.detail["modem"]["not_ready"] == "sim_missing"
+    assert "insert one" in missing.message
+    locked = judge(Evidence((), modem(state="locked", unlock_required="sim-puk"), "", 0.0,
+                            ""), WINDOW)
+    assert locked.detail["modem"]["not_ready"] == "sim_locked"
+    assert "sim-puk" in locked.message
+    assert "unlock" in locked.message
+    failed = judge(Evidence((), modem(state="failed", failed_reason="unknown"), "", 0.0, ""),
+                   WINDOW)
+    assert failed.detail["modem"]["failed_reason"] == "unknown"
+
+
+@pytest.mark.parametrize(("absent_for", "expected"), [
+    (0.0, "link_down"), (119.0, "link_down"), (120.0, "modem_absent"), (900.0, "modem_absent")])
+def test_a_modem_gone_is_modem_absent_only_after_modem_absent_after(
+        absent_for: float, expected: str) -> None:
+    result = judge(Evidence((), None, "ModemManager knows no modem", 0.0, "",
+                            absent_for=absent_for, absent_after=120.0), WINDOW)
+    assert result.reason == expected
+    if expected == "modem_absent":
+        assert result.state is State.FAILED
+        assert "ModemManager knows no modem" in result.message
 
 
 @pytest.mark.parametrize(("links", "the_modem", "silent", "probe", "expected"),
@@ -359,3 +408,71 @@ async def test_silence_during_no_coverage_does_not_count_towards_stuck(
     clock.advance(20)  # a whole window of silence with the modem fine: stuck
     result = await _run(check, edge)
     assert result.reason == "stuck", result.message
+
+
+@pytest.mark.netns
+async def test_a_modem_that_vanishes_with_its_link_is_modem_absent_after_the_bound(
+        uplink_ns: dict[str, Any]) -> None:
+    """The modem goes (its interface down, ModemManager knows no modem): ``link_down`` until
+    ``modem_absent_after``, then ``modem_absent``; back to ``ok`` once it returns. A node
+    whose ModemManager never knew a modem is never ``modem_absent``."""
+    edge, a = uplink_ns["edge"], uplink_ns["a"]
+    clock = Clock()
+    h = context(f'[uplink]\ninterfaces = ["{a}"]\nwindow = "20s"\ntimeout = "2s"\n'
+                'modem_absent_after = "60s"\n', clock=clock)
+    manager = FakeManager((modem(interface=a),))
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=manager)
+    h2 = context(f'[uplink]\ninterfaces = ["{a}"]\nwindow = "20s"\ntimeout = "2s"\n'
+                 'modem_absent_after = "60s"\n', clock=clock)  # its own registry: a 2nd agent
+    never = UplinkCheck(h2.ctx, h2.ctx.config.uplink, modem_manager=FakeManager(()))
+    run(["ip", "link", "set", a, "down"], ns=edge)  # the modem resets: its link goes
+    assert (await _run(check, edge)).reason == "link_down"  # the modem still there: seen
+    manager.answer = ()  # ...and it is gone from ModemManager
+    assert (await _run(never, edge)).reason == "link_down"
+    for _ in range(3):  # first seen missing, then 25 s, 50 s after
+        assert (await _run(check, edge)).reason == "link_down"
+        assert (await _run(never, edge)).reason == "link_down"
+        clock.advance(25)
+    # 75 s since the first run that missed it
+    result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.FAILED, "modem_absent"), result.message
+    assert (await _run(never, edge)).reason == "link_down"  # never seen: never lost
+    manager.answer = (modem(interface=a),)
+    run(["ip", "link", "set", a, "up"], ns=edge)
+    run(["ip", "route", "replace", "default", "via", "10.77.0.1", "dev", a], ns=edge)
+    _traffic(uplink_ns["carrier"])
+    clock.advance(2)
+    result = await _run(check, edge)
+    assert result.reason != "modem_absent", result.message
+
+
+@pytest.mark.netns
+async def test_an_unplugged_uplink_is_evidence_of_a_modem_never_asked_about(
+        uplink_ns: dict[str, Any]) -> None:
+    """The agent never asked ModemManager while the uplink was fine; then the interface
+    vanishes and comes back with a new index (a USB modem re-enumerating) and ModemManager
+    knows no modem: ``modem_absent`` after the bound. A NIC that only goes down is not."""
+    edge, carrier, a = uplink_ns["edge"], uplink_ns["carrier"], uplink_ns["a"]
+    clock = Clock()
+    h = context(f'[uplink]\ninterfaces = ["{a}"]\nwindow = "20s"\ntimeout = "2s"\n'
+                'modem_absent_after = "60s"\n', clock=clock)
+    manager = FakeManager(())
+    check = UplinkCheck(h.ctx, h.ctx.config.uplink, modem_manager=manager)
+    h2 = context(f'[uplink]\ninterfaces = ["{a}"]\nwindow = "20s"\ntimeout = "2s"\n'
+                 'modem_absent_after = "60s"\n', clock=clock)  # its own registry: a 2nd agent
+    nic = UplinkCheck(h2.ctx, h2.ctx.config.uplink, modem_manager=FakeManager(()))
+    assert (await _run(check, edge)).reason == "ok"
+    assert (await _run(nic, edge)).reason == "ok"
+    assert manager.asked == 0
+    run(["ip", "link", "set", a, "down"], ns=edge)
+    for _ in range(4):  # only down, for longer than the bound: it stays a NIC
+        assert (await _run(nic, edge)).reason == "link_down"
+        clock.advance(25)
+    run(["ip", "link", "del", a], ns=edge)  # unplugged: gone, then back, a new index
+    assert (await _run(check, edge)).reason == "link_down"
+    uplink_ns["sandbox"].veth(edge, carrier, addr_a="10.77.0.2/24", addr_b="10.77.0.1/24",
+                              name_a=a)
+    for _ in range(3):
+        clock.advance(25)
+        result = await _run(check, edge)
+    assert (result.state, result.reason) == (State.FAILED, "modem_absent"), result.message

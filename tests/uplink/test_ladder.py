@@ -3,6 +3,7 @@ the reboot gates, table-driven with the time injected (no clock is read)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 from typing import Any
@@ -268,3 +269,114 @@ def test_a_stuck_right_after_no_coverage_waits_its_own_act_after() -> None:
     assert kinds(decide(view, History(), NOW, SETTINGS)) == [("skip", "stuck_window", "")]
     later = NOW - 10 + SETTINGS.act_after
     assert kinds(decide(view, History(), later, SETTINGS))[0][0] == "restart"
+
+
+# --- the modem's own verdicts: each its own rungs ----------------------------------------
+
+SIX = ("modem-reconnect", "radio-cycle", "link-bounce", "modemmanager-restart",
+       "usb-reauthorize", "reboot")
+
+
+def denied(mono: float | None, result: str = "not_recovered") -> Record:
+    return Record(mono=mono, wall="2026-01-01T00:00:00.000Z", mode="radio-cycle",
+                  reason="registration_denied", result=result, duration=5.0)
+
+
+# (id, view overrides, history, expected [(kind, reason, rung)])
+VERDICTS: list[tuple[str, dict[str, Any], History, list[tuple[str, str, str]]]] = [
+    ("a vanished modem: ModemManager restarted first, without waiting act_after (the "
+     "verdict already waited modem_absent_after)", {"reason": "modem_absent",
+                                                    "since": NOW - 10}, History(),
+     [("restart", "modem_absent", "modemmanager-restart")]),
+    ("a vanished modem after the restart did not cure: the USB device",
+     {"reason": "modem_absent"},
+     History((attempt(NOW - 500, "modemmanager-restart"),), failures_in_row=1),
+     [("restart", "modem_absent", "usb-reauthorize")]),
+    ("a failed modem: ModemManager restarted first", {"reason": "modem_failed"}, History(),
+     [("restart", "modem_failed", "modemmanager-restart")]),
+    ("a failed modem without the restart rung on this node: the USB device",
+     {"reason": "modem_failed", "rungs": ("modem-reconnect", "usb-reauthorize")}, History(),
+     [("restart", "modem_failed", "usb-reauthorize")]),
+    ("a vanished modem with only session rungs usable: no rung, said",
+     {"reason": "modem_absent", "rungs": ("modem-reconnect", "link-bounce")}, History(),
+     [("skip", "no_rung", "")]),
+    ("a vanished modem while a direct-path target answers: no rung",
+     {"reason": "modem_absent", "direct": {"a": OK}, "failed_since": None}, History(),
+     [("skip", "direct_path_ok", "")]),
+    ("a denial waits act_after (a congested cell may refuse for a while)",
+     {"reason": "registration_denied", "since": NOW - 100}, History(),
+     [("skip", "stuck_window", "")]),
+    ("a denial past act_after: one radio-cycle", {"reason": "registration_denied"},
+     History(), [("restart", "registration_denied", "radio-cycle")]),
+    ("a denial the radio-cycle did not cure: the circuit opens (a person is needed)",
+     {"reason": "registration_denied"}, History((denied(NOW - 500),), failures_in_row=1),
+     [("open_circuit", "registration_denied", "")]),
+    ("a denial again within the hour of a radio-cycle (the uplink was ok between): only "
+     "said", {"reason": "registration_denied"}, History((denied(NOW - 1800, "recovered"),)),
+     [("skip", "denied_once_an_hour", "")]),
+    ("a denial an hour after the last radio-cycle: one more",
+     {"reason": "registration_denied"}, History((denied(NOW - 3700, "recovered"),)),
+     [("restart", "registration_denied", "radio-cycle")]),
+    ("a denial without the radio-cycle rung: no rung", {"reason": "registration_denied",
+                                                        "rungs": ("modem-reconnect",)},
+     History(), [("skip", "no_rung", "")]),
+    ("stuck walks its own rungs: after a new session, the radio",
+     {}, History((attempt(NOW - 500),), failures_in_row=1),
+     [("restart", "uplink_stuck", "radio-cycle")]),
+]
+
+
+@pytest.mark.parametrize(("overrides", "hist", "expected"), [c[1:] for c in VERDICTS],
+                         ids=[c[0] for c in VERDICTS])
+def test_each_modem_verdict_takes_its_own_rungs(overrides: dict[str, Any], hist: History,
+                                                 expected: list[tuple[str, str, str]],
+                                                 ) -> None:
+    actions = decide(view(**{"rungs": SIX, **overrides}), hist, NOW, SETTINGS)
+    assert kinds(actions) == expected
+    assert all(a.message for a in actions)
+
+
+@pytest.mark.parametrize("reason", ["stuck", "modem_absent", "modem_failed"])
+def test_each_verdict_walks_only_its_rungs_then_opens_the_circuit(reason: str) -> None:
+    clock = Clock(now=NOW)
+    hist, used = History(), []
+    for _ in range(12):
+        (action,) = decide(view(reason=reason, rungs=SIX), hist, clock.now, SETTINGS)
+        if action.kind == "restart":
+            used.append(action.rung)
+            hist = hist.with_record(Record(clock.now, "w", action.rung, action.reason,
+                                           "not_recovered", 1.0))
+        elif action.kind == "open_circuit":
+            break
+        clock.advance(130.0)
+    want = [r for r in SIX if r in uplink.RUNGS_FOR[reason]][:SETTINGS.give_up_after]
+    assert used == want
+    assert "modem-reconnect" not in used or reason == "stuck"
+    assert "modemmanager-restart" not in used or reason != "stuck"
+
+
+def test_a_denial_is_never_more_than_one_radio_cycle_an_hour_and_never_a_reboot() -> None:
+    """Two days of a network that refuses the SIM, the uplink briefly ok every 40 minutes
+    (the circuit closes then, as it would): never a rung but ``radio-cycle``, never two
+    within an hour."""
+    clock = Clock(now=NOW)
+    hist, cycles = History(), []
+    for step in range(2 * 24 * 60 // 5):  # every 5 minutes
+        clock.advance(300.0)
+        if step % 8 == 7:  # a brief ok: the circuit closes, the streak clears
+            for action in decide(view(state=OK, reason="ok", rungs=SIX), hist, clock.now,
+                                 SETTINGS):
+                if action.kind == "close_circuit":
+                    hist = hist.closed()
+            continue
+        since = clock.now - 1000.0
+        for action in decide(view(reason="registration_denied", rungs=SIX, since=since,
+                                  failed_since=since), hist, clock.now, SETTINGS):
+            assert action.kind != "restart" or action.rung == "radio-cycle", action
+            if action.kind == "restart":
+                cycles.append(clock.now)
+                hist = hist.with_record(denied(clock.now))
+            elif action.kind == "open_circuit":
+                hist = hist.opened()
+    assert len(cycles) >= 20  # it did act, hourly at most
+    assert all(b - a >= 3600.0 for a, b in itertools.pairwise(cycles))

@@ -24,31 +24,53 @@ verdict explained it (``no_coverage``, ``link_down``, ``no_address``, ``no_route
 ``modem_not_ready``): ``stuck`` needs a whole window of silence with everything else
 fine. Reasons (first match wins):
 
-====================  =========  ===========================================================
-reason                state      meaning
-====================  =========  ===========================================================
-``link_down``         failed     no configured uplink interface exists, or none is up with
-                                 carrier
-``no_coverage``       failed     the modem is not registered (searching, denied, idle) or
-                                 has no signal: nothing local can help
-``no_address``        failed     the interface is up but has no global address
-``no_route``          failed     it has an address but no default route leaves through it
-``stuck``             failed     silent for ``window`` while registered, with signal, an
-                                 active bearer, link, address and route: the ladder's case
-``modem_not_ready``   unknown    the modem is locked, disabled, failed or initializing
-``silent``            unknown    silent for ``window``, but the agent cannot tell why (no
-                                 ModemManager, the modem not found, or its bearer not
-                                 connected): no coverage and a stuck modem look the same
-``ok``                ok         the uplink carries traffic (or was silent for less than
-                                 ``window``)
-====================  =========  ===========================================================
+=======================  =========  ===========================================================
+reason                   state      meaning
+=======================  =========  ===========================================================
+``modem_absent``         failed     the uplink's modem (seen, or its interface unplugged) is
+                                    gone from ModemManager (or ModemManager does not answer)
+                                    for ``modem_absent_after``
+``modem_failed``         failed     ModemManager says the modem is ``failed`` for a reason no
+                                    SIM change explains (``unknown``, ``unknown-capabilities``)
+``registration_denied``  failed     the network refuses to register the modem (3GPP
+                                    registration ``denied``; the reject cause when given)
+``link_down``            failed     no configured uplink interface exists, or none is up with
+                                    carrier
+``no_coverage``          failed     the modem is not registered (searching, idle) or has no
+                                    signal: nothing local can help
+``no_address``           failed     the interface is up but has no global address
+``no_route``             failed     it has an address but no default route leaves through it
+``stuck``                failed     silent for ``window`` while registered, with signal, an
+                                    active bearer, link, address and route: the ladder's case
+``modem_not_ready``      unknown    the modem is locked, disabled or initializing, or failed
+                                    for its SIM (``sim_missing``, ``sim_locked``, ``sim_error``,
+                                    ``esim_without_profiles`` in ``detail.modem.not_ready``,
+                                    the fix in the message): a person's matter
+``silent``               unknown    silent for ``window``, but the agent cannot tell why (no
+                                    ModemManager, the modem not found, or its bearer not
+                                    connected): no coverage and a stuck modem look the same
+``ok``                   ok         the uplink carries traffic (or was silent for less than
+                                    ``window``)
+=======================  =========  ===========================================================
 
 ModemManager is asked only when the interfaces' evidence is not plainly fine (silence,
 or no interface up with an address and a default route): a healthy uplink costs no D-Bus
 call and no dbus-fast import (about 3 MB of RSS, paid once trouble first comes), and the
-verdicts that need the modem — ``stuck``, ``no_coverage``, ``silent`` — are all reached
-through silence or a missing address. ``no_coverage`` therefore shows up to ``window``
-after the cell is lost when the address survives it.
+verdicts that need the modem — ``stuck``, ``no_coverage``, ``silent``, the modem's own
+failures — are all reached through silence, a missing address or a link gone.
+``no_coverage`` therefore shows up to ``window`` after the cell is lost when the address
+survives it.
+
+The modem's own failures come first, before the link's: a modem that vanished, failed or
+was refused by the network usually takes its interface down with it, and ``link_down``
+(which the ladder leaves to the modem's manager) would hide what can be acted on.
+``modem_absent`` needs evidence that the uplink is a modem: one seen on it since the agent
+started, or an uplink interface that was unplugged (gone from the kernel, or back with a
+new index: a USB device re-enumerating; a NIC whose cable is pulled stays, down). A node
+whose uplink has no modem at all is not one that lost it. The modem is asked only when
+the uplink is in trouble, so a modem that vanishes *without* taking its interface away,
+on an agent that never saw it, reads ``link_down`` (or ``no_address``) until it returns:
+the price of asking ModemManager nothing while the uplink is fine.
 
 Cost: a netlink read was a dump of every link, address and route of the host (on a K3s
 node a veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it
@@ -111,7 +133,7 @@ log = logging.getLogger(__name__)
 
 NAME = "uplink"
 REASONS = ("ok", "stuck", "no_coverage", "no_address", "no_route", "link_down", "silent",
-           "modem_not_ready")
+           "modem_not_ready", "modem_absent", "modem_failed", "registration_denied")
 """Every reason the verdict gives (``edgeheal_check_reason``'s closed table)."""
 REGISTERED = frozenset({"home", "roaming"})
 """3GPP registration states with service."""
@@ -121,10 +143,19 @@ NOT_READY = frozenset({"failed", "unknown", "initializing", "locked", "disabled"
 NO_SERVICE = frozenset({"enabled", "searching"})
 """MMModemState names of a modem that is enabled but has no network."""
 NOT_SILENCE = frozenset({"no_coverage", "link_down", "no_address", "no_route",
-                         "modem_not_ready"})
+                         "modem_not_ready", "modem_absent", "modem_failed",
+                         "registration_denied"})
 """Verdicts that explain the silence: it counts towards ``stuck`` only from the end of
 the last of them, so the first run after coverage returns (the modem registered again,
 the first packet not yet in) is not ``stuck`` for the whole outage."""
+SIM_FIXES = {
+    "sim-missing": ("sim_missing", "no SIM: insert one (or select a slot that holds one)"),
+    "sim-error": ("sim_error", "the SIM is unusable (permanently locked or faulty): replace "
+                  "it or unlock it with its PUK"),
+    "esim-without-profiles": ("esim_without_profiles",
+                              "the eSIM has no profile: provision one"),
+}
+"""``StateFailedReason`` names that a person must fix at the SIM: (detail, the fix)."""
 REFRESH = 60.0
 """Seconds the fast path may go without a netlink read: the bound on noticing a lost
 address or default route while traffic still flows (silence dumps at once)."""
@@ -143,6 +174,10 @@ class Evidence:
     """Seconds nothing has passed (0: traffic now)."""
     probe: str
     """The second probe's last answer (``ok``, ``timeout``, an errno name) or "" (none)."""
+    absent_for: float = 0.0
+    """Seconds the modem seen on the uplink has been missing (0: not missing)."""
+    absent_after: float = math.inf
+    """``[uplink] modem_absent_after``."""
 
 
 def judge(ev: Evidence, window: float) -> CheckResult:
@@ -161,8 +196,23 @@ def judge(ev: Evidence, window: float) -> CheckResult:
                            "signal_quality": m.signal_quality,
                            "bearer_connected": bearer is not None,
                            "bearer_interface": bearer.interface if bearer else ""}
+        if m.state == "failed":
+            detail["modem"]["failed_reason"] = m.failed_reason
+        if m.unlock_required not in ("none", "unknown"):
+            detail["modem"]["unlock_required"] = m.unlock_required
+        if m.reject_cause:
+            detail["modem"]["reject_cause"] = m.reject_cause
     elif ev.modem_note:
         detail["modem"] = {"note": ev.modem_note}
+    if m is None and ev.absent_for and ev.absent_for >= ev.absent_after:
+        why = ev.modem_note or "no modem"
+        return CheckResult(State.FAILED, "modem_absent", (
+            f"the uplink's modem is gone for {ev.absent_for:.0f}s ({why}): longer than a "
+            "re-enumeration takes"), detail)
+    if m is not None:
+        early = _modem_verdict(m, detail)
+        if early is not None:
+            return early
     if not ev.interfaces:
         return CheckResult(State.FAILED, "link_down", "no uplink interface exists", detail)
     up = [i for i in ev.interfaces if i.carries]
@@ -207,6 +257,31 @@ def judge(ev: Evidence, window: float) -> CheckResult:
         "bearer"), detail)
 
 
+def _modem_verdict(m: Modem, detail: dict[str, Any]) -> CheckResult | None:
+    """The verdicts the modem's own report decides before the link's (module docstring)."""
+    if m.state == "failed":
+        sim = SIM_FIXES.get(m.failed_reason)
+        if sim is not None:
+            detail["modem"]["not_ready"] = sim[0]
+            return CheckResult(State.UNKNOWN, "modem_not_ready",
+                               f"the modem failed: {sim[1]}", detail)
+        return CheckResult(State.FAILED, "modem_failed", (
+            f"ModemManager marks the modem failed (reason {m.failed_reason}): a firmware or "
+            "driver fault ModemManager does not recover from by itself"), detail)
+    if m.state == "locked":
+        lock = m.unlock_required if m.unlock_required not in ("none", "unknown") else "a PIN"
+        detail["modem"]["not_ready"] = "sim_locked"
+        return CheckResult(State.UNKNOWN, "modem_not_ready", (
+            f"the SIM is locked ({lock}): unlock it (`mmcli -i SIM --pin=...`, or the PIN in "
+            "the connection's settings); no rung can"), detail)
+    if m.registration == "denied":
+        cause = f", reject cause {m.reject_cause} {m.reject_name}" if m.reject_cause else ""
+        return CheckResult(State.FAILED, "registration_denied", (
+            f"the network denies registration{cause}: a SIM, subscription or plan the "
+            "operator refuses (out of credit, barred, not provisioned)"), detail)
+    return None
+
+
 def pick_modem(modems: tuple[Modem, ...], names: set[str]) -> Modem | None:
     """The modem whose bearer uses one of the uplink interfaces, else the only modem."""
     for m in modems:
@@ -243,6 +318,14 @@ class UplinkCheck:
         """sysfs's view of the links at that read: what must not have moved since."""
         self.dumps = 0
         """Netlink reads so far (tests and benchmarks count them)."""
+        self._modem_seen = False
+        """A modem was seen on the uplink since the start, or an uplink interface was
+        unplugged (gone from the kernel, or back with a new index): ``modem_absent`` needs
+        one of the two."""
+        self._indices: dict[str, int] = {}
+        """The uplink interfaces' indices as last read (a change is a re-enumeration)."""
+        self._absent_since: float | None = None
+        """Since when that modem has been missing (monotonic), or None."""
         self.failover = Failover(settings.costs)
         """The active uplink and its switches (:mod:`edgeheal.checks.uplink_failover`)."""
         from edgeheal.checks.uplink.usage import Meter, parse_size
@@ -288,6 +371,10 @@ class UplinkCheck:
         interfaces = await self._interfaces(now)
         data = self.meter.observe((i.name, i.index, i.rx_bytes, i.tx_bytes)
                                   for i in interfaces)
+        indices = {i.name: i.index for i in interfaces}
+        if any(indices.get(name) != index for name, index in self._indices.items()):
+            self._modem_seen = True  # unplugged or re-enumerated: a modem, not a NIC
+        self._indices = indices
         rx = sum(i.rx_packets for i in interfaces)
         if self.uplink.probe:
             from edgeheal.config import split_hostport
@@ -301,12 +388,22 @@ class UplinkCheck:
             self._passed = now
         self._rx = rx
         silent = max(0.0, now - self._passed)
+        absent_for = 0.0
         if silent < self.uplink.window and not self._explained and any(
                 i.carries and i.addresses and i.default_route for i in interfaces):
             modem, note = None, ""  # plainly fine: the modem is not asked (see docstring)
+            self._absent_since = None
         else:
             modem, note = await self._modem({i.name for i in interfaces})
-        result = judge(Evidence(interfaces, modem, note, silent, self._probe),
+            if modem is not None:
+                self._modem_seen, self._absent_since = True, None
+            elif self._modem_seen and self.uplink.modem_manager:
+                if self._absent_since is None:
+                    self._absent_since = now
+                absent_for = max(now - self._absent_since, 1e-9)
+        result = judge(Evidence(interfaces, modem, note, silent, self._probe,
+                                absent_for=absent_for,
+                                absent_after=self.uplink.modem_absent_after),
                        self.uplink.window)
         result = self._follow(interfaces, now, result)
         self._explained = result.reason in NOT_SILENCE
@@ -438,11 +535,15 @@ def _validate(config: Config) -> None:
             raise ConfigError(f"{key}.cost", f"expected 0 to 255, got {entry.cost}")
 
 
+OWN_KINDS = frozenset({"stuck", "no_coverage", "modem_absent", "modem_failed",
+                       "registration_denied"})
+"""Reasons with an alert kind of their own (``uplink.<reason>``); the rest are
+``uplink.down``."""
+
+
 def _alert(status: CheckStatus) -> tuple[str, str]:
-    if status.reason == "stuck":
-        return "uplink.stuck", "uplink.recovered"
-    if status.reason == "no_coverage":
-        return "uplink.no_coverage", "uplink.recovered"
+    if status.reason in OWN_KINDS:
+        return f"uplink.{status.reason}", "uplink.recovered"
     return "uplink.down", "uplink.recovered"
 
 
@@ -452,11 +553,26 @@ KINDS: dict[str, Kind] = {
         "nothing passes for `[uplink] window`: a stuck modem (the uplink ladder's case).",
         problem=True),
     "uplink.no_coverage": Kind(
-        "warning", "The modem has no coverage (not registered or no signal): nothing local "
-        "helps; no rung is ever tried for it.", problem=True),
+        "warning", "The modem has no coverage (not registered, searching, or no signal): "
+        "nothing local helps; no rung is ever tried for it.", problem=True),
+    "uplink.modem_absent": Kind(
+        "critical", "The uplink's modem is gone from ModemManager (or ModemManager does not "
+        "answer) for `[uplink] modem_absent_after`: a firmware crash, a driver or "
+        "ModemManager fault; the ladder restarts ModemManager, then re-authorizes the USB "
+        "device (docs/runbook.md).", problem=True),
+    "uplink.modem_failed": Kind(
+        "critical", "ModemManager marks the modem `failed` (`detail.modem.failed_reason`) "
+        "for a reason no SIM change explains; the ladder restarts ModemManager, then "
+        "re-authorizes the USB device (docs/runbook.md).", problem=True),
+    "uplink.registration_denied": Kind(
+        "critical", "The network refuses to register the modem (`detail.modem.reject_cause`"
+        ": a 3GPP reject cause): a SIM, subscription or data plan the operator refuses. At "
+        "most one radio off/on an hour; then only a person can fix it.", problem=True),
     "uplink.down": Kind(
         "warning", "The uplink interface is down or gone, has no address or no default "
-        "route, or the agent cannot tell why nothing passes (`detail.reason`).",
+        "route, the modem is not ready (a missing or locked SIM: `detail.modem.not_ready` "
+        "and the message name the fix), or the agent cannot tell why nothing passes "
+        "(`detail.reason`).",
         problem=True),
     "uplink.recovered": Kind("info", "The uplink carries traffic again."),
     FAILOVER_EVENT: Kind(
