@@ -176,7 +176,7 @@ def _uplink(lab: Lab, edge: Edge) -> tuple[str | None, str | None]:
 
 
 async def _settle(lab: Lab) -> tuple[list[Expectation], Edge]:
-    from edgeheal.lab.scenarios import _settle as settle_tunnels
+    from edgeheal.lab.observe import settle as settle_tunnels
 
     out = await settle_tunnels(lab)
     edge = lab.world.edges[0]

@@ -7,24 +7,19 @@ subscriber, the collector's counters, the cloud kernel's ``InCsumErrors``).
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 from edgeheal.lab import modems as uplinklab
+from edgeheal.lab import path_faults as path
+from edgeheal.lab.observe import (
+    TUNNEL_UP_BUDGET,
+    alerts_of,
+    count_reason,
+    failed_ever,
+    grace,
+    settle,
+    tunnel_ok,
+    watched_age,
+)
 from edgeheal.lab.runner import Expectation, Lab, Scenario
-from edgeheal.lab.world import Edge
-
-TUNNEL_UP_BUDGET = 60.0
-"""Seconds for a tunnel to come up once nothing blocks it (handshake retries every 5 s)."""
-
-
-def _ok(lab: Lab, edge: Edge) -> bool:
-    return lab.state(edge, "wireguard") == "ok"
-
-
-def _alerts(lab: Lab, kind: str, node: str | None = None) -> list[dict[str, object]]:
-    return [a for a in lab.world.alerts() if a.get("kind") == kind
-            and (node is None or a.get("node") == node)]
 
 
 async def boot_with_offload(lab: Lab) -> list[Expectation]:
@@ -41,7 +36,8 @@ async def boot_with_offload(lab: Lab) -> list[Expectation]:
         lab.world.start_agent(edge, remediation=lab.remediation)
         lab.note("lab", "agent started", edge.name)
     started = lab.mark("agent_started")
-    up = await lab.until(lambda: _ok(lab, edge), TUNNEL_UP_BUDGET + 30, "the tunnel to come up")
+    up = await lab.until(lambda: tunnel_ok(lab, edge), TUNNEL_UP_BUDGET + 30,
+                         "the tunnel to come up")
     t_up = lab.mark("tunnel_up")
     csum_errors = lab.world.cloud_in_csum_errors()
     corrupted = sum(1 for e in lab.world.nic_events(edge) if e["event"] == "corrupted")
@@ -71,8 +67,8 @@ async def boot_with_offload(lab: Lab) -> list[Expectation]:
 async def stuck_flannel(lab: Lab) -> list[Expectation]:
     """The tunnel device loses its peer (a Flannel bug); only a restart cures it."""
     edge = lab.world.edges[0]
-    up = await lab.until(lambda: _ok(lab, edge), TUNNEL_UP_BUDGET, "the tunnel to come up")
-    await lab.hold(_grace(lab))
+    up = await lab.until(lambda: tunnel_ok(lab, edge), TUNNEL_UP_BUDGET, "the tunnel to come up")
+    await lab.hold(grace(lab))
     fault = lab.mark("fault_injected")
     lab.world.remove_cloud_peer(edge)
     lab.note("lab", "fault: the tunnel device lost its cloud peer (stuck Flannel)", edge.name)
@@ -80,10 +76,10 @@ async def stuck_flannel(lab: Lab) -> list[Expectation]:
     detected = await lab.until(lambda: lab.state(edge, "wireguard") == "failed", 2 * within,
                                "the agent to see the tunnel fail")
     t_detect = lab.mark("detected") - fault
-    recovered = await lab.until(lambda: _ok(lab, edge) and bool(
+    recovered = await lab.until(lambda: tunnel_ok(lab, edge) and bool(
         lab.world.kube.deletions), 120, "the tunnel to recover")
     t_recover = lab.mark("recovered") - fault
-    await lab.until(lambda: bool(_alerts(lab, "remediation.recovered", edge.name)), 30,
+    await lab.until(lambda: bool(alerts_of(lab, "remediation.recovered", edge.name)), 30,
                     "the recovery alert")
     deletions = lab.world.kube.deletions
     own = [d for d in deletions if (d.get("spec") or {}).get("nodeName") == edge.name]
@@ -106,43 +102,10 @@ async def stuck_flannel(lab: Lab) -> list[Expectation]:
     ]
 
 
-def _failed_ever(lab: Lab, edge: Edge, check: str, after: float = 0.0) -> bool:
-    return lab.first(edge, "agent", lambda e: (e.get("detail") or {}).get("check") == check
-                     and (e.get("detail") or {}).get("state") == "failed", after) is not None
-
-
-def _count(lab: Lab, edge: Edge, check: str, reason: str, after: float = 0.0) -> int:
-    return sum(1 for e in lab.timeline if e["t"] >= after and e["source"] == "agent"
-               and e["edge"] == edge.name and (e.get("detail") or {}).get("check") == check
-               and (e.get("detail") or {}).get("reason") == reason)
-
-
-def _watched_age(lab: Lab, edge: Edge) -> float | None:
-    samples = lab.views[edge.name].samples
-    for peer in (samples[-1]["peers"] if samples else []):
-        if peer.get("watched") and peer.get("handshake_age_seconds") is not None:
-            return float(peer["handshake_age_seconds"])
-    return None
-
-
-async def _settle(lab: Lab) -> list[Expectation]:
-    ups = [await lab.until(lambda e=e: _ok(lab, e), TUNNEL_UP_BUDGET,  # type: ignore[misc]
-                           f"{e.name}'s tunnel to come up") for e in lab.world.edges]
-    await lab.hold(_grace(lab))
-    return [Expectation("every tunnel up before the fault", all(ups))]
-
-
-def _grace(lab: Lab) -> float:
-    """Seconds to hold before a fault: past the agents' startup grace (10 s in the lab,
-    60 s by default) and their uplink settle time (20 s / 30 s from the direct path's
-    first ok), so the fault meets an agent in its steady state."""
-    return lab.scaled(20, 65)
-
-
 async def modem_reconnect(lab: Lab) -> list[Expectation]:
     """The modem re-enumerates: the uplink vanishes and comes back with offload on."""
     edge = lab.world.edges[0]
-    out = await _settle(lab)
+    out = await settle(lab)
     lost_before = lab.world.collector_stats(edge).get("lost", 0) or 0
     fault = lab.mark("uplink_recreated")
     lab.world.recreate_uplink(edge)
@@ -152,7 +115,7 @@ async def modem_reconnect(lab: Lab) -> list[Expectation]:
         "the drift correction")
     t_fix = lab.mark("drift_corrected") - fault
     # a rekey after the reconnect proves handshakes get through (one every ~125 s)
-    rekeyed = await lab.until(lambda: (a := _watched_age(lab, edge)) is not None
+    rekeyed = await lab.until(lambda: (a := watched_age(lab, edge)) is not None
                               and a < lab.now() - fault - 2, 130 + 2 * lab.k,
                               "a rekey after the reconnect")
     await lab.hold(12)  # let late acknowledgements arrive
@@ -161,7 +124,7 @@ async def modem_reconnect(lab: Lab) -> list[Expectation]:
             Expectation("offload drift corrected within 2 s of the link event",
                         fixed and t_fix <= 2.0 + 1.0,  # + one observation period
                         f"seen corrected {t_fix:.1f}s after the re-creation"),
-            Expectation("the tunnel never failed", not _failed_ever(lab, edge, "wireguard",
+            Expectation("the tunnel never failed", not failed_ever(lab, edge, "wireguard",
                                                                     fault)),
             Expectation("a rekey succeeded after the reconnect", rekeyed),
             Expectation("zero collector messages lost", lost == 0, f"{lost} lost"),
@@ -182,7 +145,7 @@ async def modem_drops_ip(lab: Lab) -> list[Expectation]:
     no restart, a handshake follows when the session needs one.
     """
     edge = lab.world.edges[0]
-    out = await _settle(lab)
+    out = await settle(lab)
     seen = len(lab.world.alerts())
     lost_before = lab.world.collector_stats(edge).get("lost", 0) or 0
     endpoint_before = lab.world.cloud_endpoint(edge)
@@ -212,7 +175,7 @@ async def modem_drops_ip(lab: Lab) -> list[Expectation]:
 
     def recovered() -> bool:
         view = lab.views[edge.name]
-        return _ok(lab, edge) and view.states.get("_ready") == "ready"
+        return tunnel_ok(lab, edge) and view.states.get("_ready") == "ready"
 
     healed = await lab.until(recovered, lab.scaled(60, 150), "recovery with the new address")
     t_healed = lab.mark("recovered") - back
@@ -263,7 +226,7 @@ async def modem_drops_ip(lab: Lab) -> list[Expectation]:
 async def uplink_outage(lab: Lab) -> list[Expectation]:
     """All uplink traffic is dropped for 90 s (a carrier outage)."""
     edge = lab.world.edges[0]
-    out = await _settle(lab)
+    out = await settle(lab)
     seen = len(lab.world.alerts())
     carrier = uplinklab.carrier_changes(edge)
     lab.mark("outage_start")
@@ -295,7 +258,7 @@ async def uplink_outage(lab: Lab) -> list[Expectation]:
 async def lossy_link(lab: Lab) -> list[Expectation]:
     """10 % random loss on the tunnel's UDP for a long while: warn at most, never act."""
     edge = lab.world.edges[0]
-    out = await _settle(lab)
+    out = await settle(lab)
     start = lab.mark("loss_start")
     lab.world.loss(edge, 10)
     lab.note("lab", f"fault: 10 % loss on the tunnel for {lab.loss_seconds:g} s", edge.name)
@@ -303,19 +266,19 @@ async def lossy_link(lab: Lab) -> list[Expectation]:
     lab.world.loss(edge, None)
     lab.mark("loss_end")
     lab.note("lab", "loss lifted", edge.name, marker="fault_end")
-    warnings = _count(lab, edge, "wireguard", "rekey_failing", start)
+    warnings = count_reason(lab, edge, "wireguard", "rekey_failing", start)
     # a count to show, not a verdict: at 10 % loss a rare warning is honest
     lab.note("lab", f"{warnings} rekey_failing episode(s) in {lab.loss_seconds:g} s of loss",
              edge.name)
     return [*out,
-            Expectation("never failed", not _failed_ever(lab, edge, "wireguard", start)),
+            Expectation("never failed", not failed_ever(lab, edge, "wireguard", start)),
             Expectation("zero remediation", not lab.world.kube.deletions)]
 
 
 async def dead_neighbour(lab: Lab) -> list[Expectation]:
     """Another edge in the mesh is powered off: nothing to heal on this one."""
     edge, other = lab.world.edges[0], lab.world.edges[1]
-    out = await _settle(lab)
+    out = await settle(lab)
     fault = lab.mark("neighbour_off")
     lab.world.power_off(other)
     other.agent = None
@@ -331,7 +294,7 @@ async def dead_neighbour(lab: Lab) -> list[Expectation]:
     await lab.hold(10)
     return [*out,
             Expectation("this edge's watched peers stay healthy",
-                        not _failed_ever(lab, edge, "wireguard", fault)
+                        not failed_ever(lab, edge, "wireguard", fault)
                         and lab.state(edge, "wireguard") == "ok"),
             Expectation("the dead neighbour is shown in detail", shown),
             Expectation("no restart anywhere", not lab.world.kube.deletions)]
@@ -340,7 +303,7 @@ async def dead_neighbour(lab: Lab) -> list[Expectation]:
 async def flapping_uplink(lab: Lab) -> list[Expectation]:
     """The uplink drops for 20 s every 60 s: alerts deduplicated, no restart storm."""
     edge = lab.world.edges[0]
-    out = await _settle(lab)
+    out = await settle(lab)
     seen = len(lab.world.alerts())
     carrier = uplinklab.carrier_changes(edge)
     lab.mark("flapping_start")
@@ -373,335 +336,6 @@ async def flapping_uplink(lab: Lab) -> list[Expectation]:
             uplinklab.zero_uplink_actions(lab, carrier)]
 
 
-PMTU_LIMIT = 1360
-"""Outer IP bytes the shrunken carrier link still carries: tunnel packets of up to 1300
-inner bytes (1360 - 20 IP - 8 UDP - 32 WireGuard) pass, the device's 1420 do not."""
-PMTU_PAYLOAD = 4000
-"""Bytes of each collector reading in ``pmtu-blackhole``: every publish fills segments."""
-PMTU_AGENT = '[pmtu]\ninterface = "{wg}"\nclamp = true\n'
-"""The scenario's ``[pmtu]``: the shipped defaults, the clamp opted in."""
-PMTU_TUNED = 'interval = "20s"\n'
-"""At the lab's K = 5 s the cloud's keepalives reach the edge every 5 s, so the WireGuard
-check never sees 12 s of unanswered data (the suspicion needs it); the lab's tuning probes
-every 20 s instead. ``--field`` (K = 25 s, the hourly default) relies on the suspicion."""
-
-
-def _mss_table(edge: Edge) -> bool:
-    from edgeheal.lab.netns import run
-
-    return run(["nft", "list", "table", "inet", "edgeheal_mss"], ns=edge.ns,
-               check=False).returncode == 0
-
-
-async def pmtu_blackhole(lab: Lab) -> list[Expectation]:
-    """The carrier's link shrinks below the tunnel's packets and drops ICMP "fragmentation
-    needed" for 90 s (150 s with ``--field``): handshakes, keepalives and the small MQTT
-    probes pass, the collector's 4 kB publishes hang. The ``pmtu`` check finds it, the
-    opt-in clamp lowers the MSS of new connections, and the collector's next connection
-    passes; no Flannel restart."""
-    edge = lab.world.edges[0]
-    out = await _settle(lab)
-    if lab.world.with_agent:
-        await lab.until(lambda: lab.state(edge, "pmtu") == "ok", 30, "the first pmtu run")
-
-    def delivered() -> int:
-        return int(lab.world.collector_stats(edge).get("delivered", 0) or 0)
-
-    flowing_before = delivered()
-    fault = lab.mark("mtu_dropped")
-    lab.world.path_mtu(edge, PMTU_LIMIT)
-    lab.note("lab", f"fault: the carrier's link carries at most {PMTU_LIMIT} bytes and drops "
-             "ICMP 'fragmentation needed' (tunnel MTU 1420)", edge.name)
-    await lab.hold(4)
-    hung_from = delivered()
-    await lab.hold(8)
-    hung = delivered() == hung_from
-    within = 60.0
-    duration = lab.scaled(90, 150)  # fixed, so that bench/onoff.py compares like for like
-    detected = await lab.until(lambda: lab.state(edge, "pmtu") in ("failed", "degraded"),
-                               within + 30, "the pmtu verdict")
-    t_detect = lab.mark("pmtu_verdict") - fault
-    verdict = lab.reason(edge, "pmtu")
-    doc = lab.world.status(edge) or {}
-    detail = ((doc.get("checks") or {}).get("pmtu") or {}).get("detail") or {}
-    clamped = _mss_table(edge)
-    at_verdict = delivered()
-    passing = await lab.until(lambda: delivered() >= at_verdict + 5,
-                              max(1.0, fault + duration - lab.now()),
-                              "large publishes passing under the clamp")
-    t_passing = lab.now() - fault
-    await lab.hold(max(0.0, fault + duration - lab.now()))
-    restarts_during = len(lab.world.kube.deletions)
-    lab.world.path_mtu(edge, None)
-    lifted = lab.mark("mtu_restored")
-    lab.note("lab", "the carrier's link carries full-size packets again", edge.name,
-             marker="fault_end")
-    recovered = await lab.until(lambda: lab.state(edge, "pmtu") == "ok"
-                                and not _mss_table(edge), 90, "pmtu ok, the clamp removed")
-    t_recovered = lab.now() - lifted
-    return [*out,
-            Expectation("collector publishes flowed before the fault", flowing_before > 0,
-                        f"{flowing_before} delivered"),
-            Expectation("the fault hangs the collector's large publishes", hung,
-                        f"delivered {hung_from} -> {delivered() if not hung else hung_from} "
-                        "between 4 s and 12 s after the fault"),
-            Expectation(f"pmtu verdict within {within:g} s",
-                        detected and t_detect <= within and verdict in (
-                            "pmtu_blackhole", "clamped"),
-                        f"{verdict} {t_detect:.1f}s after the fault, largest passed "
-                        f"{detail.get('largest_passed')}, lost {detail.get('smallest_lost')}"
-                        if detected else "never"),
-            Expectation("the opt-in clamp installed (table inet edgeheal_mss)", clamped),
-            Expectation("large publishes pass again under the clamp", passing,
-                        f"{t_passing:.1f}s after the fault" if passing else "never"),
-            Expectation("no Flannel restart", restarts_during == 0,
-                        f"{restarts_during} pod deletions"),
-            Expectation("pmtu ok and the clamp removed after the link healed", recovered,
-                        f"{t_recovered:.1f}s after" if recovered else "never")]
-
-
-FAILOVER_AGENT = ('[uplink]\ninterfaces = ["{uplink}", "{uplink2}"]\nmodem_manager = false\n'
-                  'costs = [{interface = "{uplink2}", cost = 200}]\n')
-"""The failover scenario's uplink section: the second uplink is the costly LTE."""
-
-
-def _not_ready_seconds(lab: Lab, edge: Edge, start: float, end: float) -> float:
-    """Seconds of ``[start, end]`` the runner saw ``/readyz`` not ready (from its notes)."""
-    ready, since, total = True, start, 0.0
-    for note in lab.timeline:
-        if note.get("edge") != edge.name or "ready" not in (note.get("detail") or {}):
-            continue
-        t = float(note["t"])
-        if t <= start:
-            ready = bool(note["detail"]["ready"])
-            continue
-        if t > end:
-            break
-        if not ready:
-            total += t - since
-        ready, since = bool(note["detail"]["ready"]), t
-    if not ready:
-        total += end - since
-    return round(total, 1)
-
-
-@dataclass
-class _Switch:
-    """One leg of the failover scenario, as measured."""
-
-    cause: str
-    to: str
-    moved: bool
-    passes: bool
-    event: bool
-    ready: bool
-    seen: float | None
-    """Seconds from the fault to the switch the agent recorded."""
-    source: float | None
-    """Seconds from the fault to the tunnel's first packet from the new address."""
-    down: float
-    """Seconds ``/readyz`` was not ready from the fault to the end of the leg."""
-
-
-async def uplink_failover(lab: Lab) -> list[Expectation]:
-    """The first uplink loses its carrier and the second (costly) one takes the default
-    route, then the first returns and takes it back. Measured per switch: when the agent
-    saw it (``detail.active.since_seconds`` in ``/status``), when the tunnel first sent
-    from the new uplink's address (the carrier's NAT sees a new source), ``/readyz``'s
-    not-ready seconds, and that the collector's publishes pass over the new uplink."""
-    edge = lab.world.edges[0]
-    out = await _settle(lab)
-    seen = len(lab.world.alerts())
-    first, second = edge.uplink, edge.uplink2
-    wall0 = time.time() - lab.now()
-    addresses = {first: edge.edge_ip, second: f"10.62.{edge.index}.2"}
-
-    def active() -> tuple[str | None, float | None]:
-        doc = lab.world.status(edge) or {}
-        detail = ((doc.get("checks") or {}).get("uplink") or {}).get("detail") or {}
-        block = detail.get("active") or {}
-        return block.get("interface"), block.get("since_seconds")
-
-    def delivered() -> int:
-        return int(lab.world.collector_stats(edge).get("delivered", 0) or 0)
-
-    def sent_from(address: str, after: float) -> float | None:
-        """Lab seconds of the first tunnel packet from ``address`` after ``after``."""
-        for ev in lab.world.nic_events(edge):
-            t = float(ev.get("t", 0)) - wall0
-            if ev.get("event") == "nat_mapping" and str(ev.get("edge", "")).startswith(
-                    f"{address}:") and t >= after:
-                return t
-        return None
-
-    legs: list[_Switch] = []
-    for leg, (on, cause, to) in enumerate(((False, "carrier_lost", second),
-                                           (True, "preferred", first))):
-        mark, sent = len(lab.world.alerts()), delivered()
-        began = lab.mark(f"switch_{leg}")
-        lab.world.uplink_carrier(edge, on)
-        lab.note("lab", f"fault: {first} {'carrier back' if on else 'loses its carrier'}",
-                 edge.name, marker="fault_start" if leg == 0 else "fault_end")
-        found: dict[str, float] = {}
-
-        def switched(name: str = to, into: dict[str, float] = found) -> bool:
-            now = lab.now()
-            interface, since = active()
-            if interface == name and since is not None:
-                into["at"] = now - float(since)
-            return "at" in into
-
-        def published(n: int = sent) -> bool:
-            return delivered() > n + 2
-
-        def alerted(c: str = cause, m: int = mark) -> bool:
-            return any(a.get("kind") == "uplink.failover"
-                       and (a.get("detail") or {}).get("cause") == c
-                       for a in lab.world.alerts()[m:])
-
-        moved = await lab.until(switched, lab.scaled(15, 30), f"/status naming {to}")
-        passes = await lab.until(published, lab.scaled(60, 120),
-                                 f"the collector's publishes over {to}")
-        event = await lab.until(alerted, lab.scaled(30, 90),
-                                f"the uplink.failover alert ({cause})")
-        ready = await lab.until(
-            lambda: lab.views[edge.name].states.get("_ready") == "ready",
-            lab.scaled(60, 150), "readiness after the switch")
-        await lab.hold(lab.scaled(10, 30))
-        source = sent_from(addresses[to], began)
-        legs.append(_Switch(cause, to, moved, passes, event, ready,
-                            found["at"] - began if "at" in found else None,
-                            None if source is None else source - began,
-                            _not_ready_seconds(lab, edge, began, lab.now())))
-    agent_log = edge.workdir / "agent.log"  # none without the agent (the baseline)
-    relearned = (agent_log.read_text(errors="replace") if agent_log.exists() else ""
-                 ).count("re-learning the source addresses")
-    bound = 2 * lab.k + 5  # the next keepalive after the agent's re-set, with slack
-    for g in legs:
-        seen_s = "never" if g.seen is None else f"{g.seen:.1f} s after the fault"
-        src_s = "never" if g.source is None else f"{g.source:.1f} s after the fault"
-        out.extend([
-            Expectation(f"the agent saw the {g.cause} switch to {g.to}", bool(
-                g.moved) and g.seen is not None and g.seen < lab.scaled(10, 20),
-                seen_s),
-            Expectation(f"the tunnel sends from {g.to}'s address", g.source is not None
-                        and g.source < bound, src_s),
-            Expectation(f"the uplink.failover alert ({g.cause}) was delivered",
-                        bool(g.event)),
-            Expectation(f"the collector's publishes pass over {g.to}", bool(g.passes)),
-            Expectation(f"/readyz is ready after the {g.cause} switch", bool(g.ready),
-                        f"not ready for {g.down:g} s")])
-    out.extend([
-        Expectation("zero Flannel restarts", not lab.world.kube.deletions,
-                    f"{len(lab.world.kube.deletions)} deletions"),
-        Expectation("the tunnel check re-learned its source address at each switch",
-                    relearned >= 2, f"{relearned} times"),
-        Expectation("no uplink.down and no wireguard alert: a failover is not an outage",
-                    not [a for a in lab.world.alerts()[seen:]
-                         if str(a.get("kind")).startswith(("uplink.down", "wireguard."))])])
-    return out
-
-
-REBIND_ON = "\n[remediation.rebind]\nenabled = true\n"
-"""The agent's opt-in rung before the restart (docs/remediation.md, "The first rung")."""
-
-
-def _actions(lab: Lab, edge: Edge) -> list[dict[str, object]]:
-    doc = lab.world.status(edge) or {}
-    return [a for a in doc.get("actions") or [] if isinstance(a, dict)]
-
-
-async def _renumber(lab: Lab, edge: Edge) -> tuple[float, str, str, list[str]]:
-    """The stale-nat fault: the carrier moves the edge's public address while the tunnel's
-    flow keeps its mapping to the old one."""
-    old = edge.public_ip
-    before = lab.world.nat_mappings(edge)
-    fault = lab.mark("nat_renumbered")
-    new = lab.world.renumber_public(edge, host=11)
-    lab.note("lab", f"fault: the carrier moved {edge.name}'s public address {old} -> {new}; "
-             f"the tunnel's flow keeps its mapping {', '.join(before) or '?'} (stale)",
-             edge.name)
-    return fault, old, new, before
-
-
-async def stale_nat(lab: Lab) -> list[Expectation]:
-    """The carrier moves the edge's public address; the tunnel's long-lived flow of port
-    51820 keeps its mapping to the old one (a carrier NAT's stale mapping), so the cloud's
-    answers go nowhere. The agent's ``rebind`` rung moves the device to a fresh port, the
-    NAT maps the new flow to the new address, the cloud learns it by roaming: healed with
-    no Flannel restart."""
-    edge = lab.world.edges[0]
-    out = await _settle(lab)
-    fault, old, new, _ = await _renumber(lab, edge)
-    within = lab.scaled(30, 90)  # rx_stall_after (2.5 K) or the probe's timeout, + slack
-    seen: dict[str, str] = {}
-
-    def failing() -> bool:
-        for check in ("wireguard", "broker-tunnel"):
-            if lab.state(edge, check) == "failed":
-                seen[check] = str(lab.reason(edge, check))
-        return bool(seen)
-
-    detected = await lab.until(failing, within, "the agent to see the tunnel fail")
-    t_detect = lab.now() - fault
-    healed = await lab.until(lambda: _ok(lab, edge) and lab.world.listen_port(edge) not in (
-        0, 51820), lab.scaled(90, 240), "the tunnel to heal on a new port")
-    t_healed = lab.mark("recovered") - fault
-    port = lab.world.listen_port(edge)
-    endpoint = lab.world.cloud_endpoint(edge)
-    before = lab.world.collector_stats(edge).get("delivered", 0) or 0
-    await lab.hold(6)
-    after = lab.world.collector_stats(edge).get("delivered", 0) or 0
-    actions = _actions(lab, edge)
-    rebinds = [a for a in actions if a.get("mode") == "rebind"]
-    return [*out,
-            Expectation(f"the stale mapping breaks the tunnel and the agent sees it within "
-                        f"{within:g} s", detected and t_detect <= within and seen.get(
-                            "wireguard", "stalled") in ("stalled", "dead"),
-                        ", ".join(f"{k} {v}" for k, v in seen.items())
-                        + f" {t_detect:.1f}s after the fault" if detected else "never"),
-            Expectation("healed by rebind: the device on a fresh port, the tunnel ok",
-                        healed and any(a.get("result") == "recovered" for a in rebinds),
-                        f"{t_healed:.1f}s after the fault, port {port}, rebinds "
-                        f"{[a.get('result') for a in rebinds]}" if healed else
-                        f"never; rebinds {[a.get('result') for a in rebinds]}"),
-            Expectation("the cloud learned the new mapping (roaming): the new public address",
-                        endpoint.startswith(f"{new}:"),
-                        f"cloud's endpoint for the edge {endpoint} (old address {old})"),
-            Expectation("no Flannel restart", not lab.world.kube.deletions,
-                        f"{len(lab.world.kube.deletions)} pod deletions"),
-            Expectation("collector messages flowing through the tunnel again", after > before,
-                        f"delivered {before} -> {after} in 6 s")]
-
-
-async def stale_nat_restart(lab: Lab) -> list[Expectation]:
-    """The same stale mapping, with the agent restarting Flannel only (no rebind): the
-    restart re-creates the device on port 51820, the same flow, the same dead mapping; the
-    tunnel stays down through the restarts."""
-    edge = lab.world.edges[0]
-    out = await _settle(lab)
-    fault, old, _, _ = await _renumber(lab, edge)
-    restarted = await lab.until(lambda: bool(lab.world.kube.deletions), lab.scaled(60, 180),
-                                "a Flannel restart")
-    t_restart = lab.now() - fault
-    # the restart's verification window, and a little more: the tunnel stays down
-    await lab.hold(lab.scaled(45, 75))
-    ok_after = _ok(lab, edge)
-    builds = edge.device_builds
-    endpoint = lab.world.cloud_endpoint(edge)
-    return [*out,
-            Expectation("the agent restarted Flannel (the device re-created on port 51820)",
-                        restarted and builds >= 2 and lab.world.listen_port(edge) == 51820,
-                        f"{len(lab.world.kube.deletions)} pod deletions, first "
-                        f"{t_restart:.1f}s after the fault, device built {builds} times"
-                        if restarted else "no restart"),
-            Expectation("a restart alone does not cure a stale mapping: still down",
-                        restarted and not ok_after,
-                        f"wireguard {lab.state(edge, 'wireguard')} "
-                        f"({lab.reason(edge, 'wireguard')}); cloud's endpoint {endpoint} "
-                        f"(the old address {old})")]
-
-
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("boot-with-offload", "the edge boots with TX checksum offload on; the agent "
              "turns it off and the tunnel comes up", boot_with_offload,
@@ -727,13 +361,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              uplinklab.stuck_modem, budget=330, modem=True),
     Scenario("pmtu-blackhole", "the carrier's MTU drops below the tunnel's and ICMP "
              "'fragmentation needed' is dropped; large publishes hang until the pmtu check's "
-             "opt-in MSS clamp, no restart", pmtu_blackhole, budget=330,
-             collector_payload=PMTU_PAYLOAD, agent_extra=PMTU_AGENT,
-             agent_extra_tuned=PMTU_TUNED),
+             "opt-in MSS clamp, no restart", path.pmtu_blackhole, budget=330,
+             collector_payload=path.PMTU_PAYLOAD, agent_extra=path.PMTU_AGENT,
+             agent_extra_tuned=path.PMTU_TUNED),
     Scenario("uplink-failover", "the first uplink loses its carrier and a second, costly "
              "one takes the default route, then it returns; the agent reports both switches "
-             "with their causes, /readyz follows the tunnel, no restart", uplink_failover,
-             budget=300, uplinks=2, agent_extra=FAILOVER_AGENT),
+             "with their causes, /readyz follows the tunnel, no restart", path.uplink_failover,
+             budget=300, uplinks=2, agent_extra=path.FAILOVER_AGENT),
     Scenario("no-coverage", "the modem loses the network for longer than the ladder waits "
              "on a stuck modem; the agent only alerts", uplinklab.no_coverage, budget=330,
              modem=True),
@@ -748,11 +382,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              registration_denied, budget=330, modem=True),
     Scenario("stale-nat", "the carrier moves the edge's public address and its NAT keeps "
              "the tunnel's flow on the old one; the agent's rebind rung moves WireGuard to a "
-             "fresh port and it heals, no Flannel restart", stale_nat, budget=300,
-             carrier_nat=True, agent_extra=REBIND_ON),
+             "fresh port and it heals, no Flannel restart", path.stale_nat, budget=300,
+             carrier_nat=True, agent_extra=path.REBIND_ON),
     Scenario("stale-nat-restart", "the same stale mapping with Flannel restarts only (no "
              "rebind): the device comes back on port 51820, the same dead mapping",
-             stale_nat_restart, budget=300, carrier_nat=True),
+             path.stale_nat_restart, budget=300, carrier_nat=True),
 )}
 
 DEFAULT = "boot-with-offload"
