@@ -1,8 +1,8 @@
 """Power-cut safety, proven on a real kernel (issue 27): the guest's power is cut while the
 agent writes alerts to its outbox and saves its remediation history, again and again; after
-every boot the agent is ready within seconds, and every alert it reported stored before a
-cut reaches the broker (or is counted as lost, by an alert), and no pause it reported
-persisted is lost.
+every boot the agent is ready within seconds, every alert it reported stored before a cut
+reaches the broker (or is counted as lost, by an alert), no pause it reported persisted is
+lost, and ``agent.started`` says the previous run ended ``unclean``.
 
 **The cut.** QEMU is killed (SIGKILL): the guest's RAM goes, and with it everything the guest
 had not flushed — its page cache, ext4's uncommitted journal, virtio requests not yet
@@ -141,7 +141,7 @@ def test_power_cuts_while_alerts_and_history_are_written_lose_nothing_reported(
     ledger = Ledger()
     rng = random.Random(27)  # noqa: S311 (timing, not secrets)
     vm: bed.VM | None = None
-    started = time.monotonic()
+    t0 = time.monotonic()
     try:
         for cycle in range(1, CUTS + 2):  # the last boot only checks the last cut
             vm, got = boot(guest_image, state_disk, cycle)
@@ -159,15 +159,20 @@ def test_power_cuts_while_alerts_and_history_are_written_lose_nothing_reported(
                     assert (survived["paused_hours"] or 0) >= last, (cycle, survived, last)
                 leftovers = [n for n in survived["names"] if n.startswith(".")]
                 assert not leftovers, f"boot {cycle}: temporary files left: {leftovers}"
-            # every alert reported before any earlier cut reaches the broker
+            # every alert reported before any earlier cut reaches the broker, and this
+            # boot's agent.started says whether the last run was cut
             want = set(ledger.queued)
             began = time.monotonic()
             while True:
-                ledger.received.update(received(vm))
+                now = received(vm)
+                ledger.received.update(now)
                 missing = want - set(ledger.received)
-                if not missing or time.monotonic() - began > DELIVER_WITHIN:
+                started = [d for d in now.values() if d["kind"] == "agent.started"]
+                if (not missing and started) or time.monotonic() - began > DELIVER_WITHIN:
                     break
                 time.sleep(1.0)
+            assert [(d.get("detail") or {}).get("previous_run") for d in started] == [
+                "unclean" if cycle > 1 else "none"], (cycle, started)
             delivered_in = time.monotonic() - began
             lost = lost_by_alert(ledger.received)
             assert len(missing) <= lost, (
@@ -199,7 +204,7 @@ def test_power_cuts_while_alerts_and_history_are_written_lose_nothing_reported(
         if vm is not None:
             vm.close()
     cycles = ledger.cycles
-    print(f"\n{CUTS} power cuts in {time.monotonic() - started:.0f} s; "
+    print(f"\n{CUTS} power cuts in {time.monotonic() - t0:.0f} s; "
           f"{len(ledger.queued)} alerts reported stored before a cut, "
           f"{len(set(ledger.queued) & set(ledger.received))} delivered after it, "
           f"{lost_by_alert(ledger.received)} counted lost; medians: boot "

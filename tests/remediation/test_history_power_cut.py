@@ -1,6 +1,8 @@
-"""What tests/qemu/test_power_cut.py found in the history's save, each pinned here without a
+"""What tests/qemu/test_power_cut.py found in the state files, each pinned here without a
 VM: a save that returned must survive a power cut (the directory is fsynced after the
-rename), and the temporary file of a save a cut interrupted is removed at the next start."""
+rename), and the temporary file of a save a cut interrupted is removed at the next start.
+The run marker's name is fsynced too (found reading the code while writing that test: its
+``agent.started`` after each cut must say ``unclean``)."""
 
 from __future__ import annotations
 
@@ -61,3 +63,22 @@ def test_the_temporary_file_a_power_cut_left_is_removed_at_start(
 
 def test_sweeping_a_state_dir_that_cannot_be_listed_removes_nothing(tmp_path: Path) -> None:
     assert statefile.sweep_temporary(tmp_path / "missing" / HISTORY_FILE) == []
+
+
+def test_the_run_marker_fsyncs_the_directory_after_creating_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``agent.started`` says ``unclean`` after a power cut only if the marker's name was
+    on disk: a cut right after the start (before ext4's next commit) lost it."""
+    from edgeheal.agent.alerts import markers
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    markers.mark_running(tmp_path)
+    assert synced == ["file", "dir"]
+    assert markers.previous_run(tmp_path, outbox_existed=True) == "unclean"
