@@ -6,7 +6,7 @@ second virtio disk, label ``ehpower``; the kernel replays its journal), read wha
 state directory's names), then start a Mosquitto on loopback, a subscriber that appends
 every alert it receives to ``/run/ehp/received`` (one JSON line each), and the agent
 (``edgeheal run``, its state on the disk); wait for ``/readyz`` 200 and print one JSON
-object: what survived, and how long the agent took to be ready.
+object: what survived, how long the agent took to be ready, the state directory's names then.
 
 ``load CYCLE``: the writes the cut interrupts, over the agent's control socket, with the
 broker stopped (so every alert stays in the outbox): ``alert.test`` (2 alerts a call) and
@@ -111,7 +111,8 @@ def boot(cycle: int) -> None:
             pass
         time.sleep(0.1)
     print(json.dumps({"survived": found, "ready_seconds": ready,
-                      "setup_seconds": started - began}))
+                      "setup_seconds": started - began,
+                      "names_when_ready": sorted(os.listdir(STATE))}))
 
 
 def subscribe() -> None:

@@ -67,6 +67,8 @@ class Ledger:
     """cycle -> the last pause (hours) the agent reported persisted."""
     received: dict[str, dict[str, Any]] = field(default_factory=dict)
     cycles: list[dict[str, Any]] = field(default_factory=list)
+    temp_files_left: int = 0
+    """Temporary history files found after a cut (each removed by the agent's start)."""
 
     def reported(self, console: bytes) -> None:
         for what, cycle, value in LINE.findall(console):
@@ -157,8 +159,12 @@ def test_power_cuts_while_alerts_and_history_are_written_lose_nothing_reported(
                 last = ledger.paused.get(cycle - 1)
                 if last is not None:  # the newest reported pause is on disk (or a later one)
                     assert (survived["paused_hours"] or 0) >= last, (cycle, survived, last)
-                leftovers = [n for n in survived["names"] if n.startswith(".")]
-                assert not leftovers, f"boot {cycle}: temporary files left: {leftovers}"
+                # a temp file the cut left (a save cut between its fsync and its rename)
+                # is gone once the agent has started
+                left = [n for n in survived["names"] if n.startswith(".")]
+                ledger.temp_files_left += len(left)
+                after = [n for n in got["names_when_ready"] if n.startswith(".")]
+                assert not after, f"boot {cycle}: temporary files kept: {after} (cut left {left})"
             # every alert reported before any earlier cut reaches the broker, and this
             # boot's agent.started says whether the last run was cut
             want = set(ledger.queued)
@@ -211,7 +217,8 @@ def test_power_cuts_while_alerts_and_history_are_written_lose_nothing_reported(
           f"{statistics.median(c['boot'] for c in cycles):.1f} s, /readyz 200 "
           f"{statistics.median(c['ready'] for c in cycles):.1f} s after the agent's start "
           f"(max {max(c['ready'] for c in cycles):.1f} s), backlog delivered in "
-          f"{statistics.median(c['delivered'] for c in cycles[1:]):.1f} s; per boot:")
+          f"{statistics.median(c['delivered'] for c in cycles[1:]):.1f} s; "
+          f"{ledger.temp_files_left} temp file(s) a cut left, removed at start; per boot:")
     for c in cycles:
         print(f"  {c}")
     assert ledger.queued, "the load reported no alert: the test proved nothing"
