@@ -30,6 +30,12 @@ agent says so once (log, ``/status``, ``edgeheal_state_file_newer``, ``agent.sta
 with a :class:`Newer`. Why not refuse to start, as a downgrade tool would: edgeheal gates
 every collector's readiness and enforces the offload fix, so an agent that stops is itself
 the outage; losing one file's history for a run is the smaller harm.
+
+**Power cuts.** A JSON state file is saved atomically (temp file, fsync, rename) and then
+:func:`fsync_dir`: without the directory's fsync the rename waits for ext4's next journal
+commit, and a cut before it brings the old file back although the save returned.
+:func:`sweep_temporary` removes a temp file a cut left between creating and renaming it
+(``tests/qemu/test_power_cut.py`` found it).
 """
 
 from __future__ import annotations
@@ -206,3 +212,38 @@ def move_aside(path: Path, wall: float) -> Path | None:
     except OSError:
         return None
     return aside
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync the directory ``path``: makes a rename (or a new name) in it durable. Without
+    it, ext4 commits the rename with its next journal commit (up to 5 s later by default),
+    and a power cut before that brings back the old file although the write "returned"."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sweep_temporary(path: Path) -> list[str]:
+    """Remove the temporary files (``.<name>.*``, regular files only, never through a
+    symlink) that an atomic save of ``path`` left when a crash or a power cut interrupted
+    it between creating and renaming one; return their names. Only for a caller that owns
+    the file's saves (the agent holds ``agent.lock``), before its first save."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return removed
+    prefix = f".{path.name}."
+    for name in sorted(names):
+        if not name.startswith(prefix):
+            continue
+        try:
+            if not stat.S_ISREG(os.lstat(path.parent / name).st_mode):
+                continue
+            os.unlink(path.parent / name)
+        except OSError:
+            continue
+        removed.append(name)
+    return removed

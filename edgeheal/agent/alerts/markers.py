@@ -2,9 +2,11 @@
 
 Why a file beside the outbox: ``agent.started`` tells subscribers whether the previous run
 was killed (``kill -9``, a crash, power loss), and only something written at start and
-removed at a clean exit survives all of those. The outbox's own existence tells a first
-start (``none``) from a clean restart. Faults of ``state_dir`` are logged, never raised:
-the outbox reports them to operators, and alerts must flow regardless.
+removed at a clean exit survives all of those (written with an fsync of the file and of
+the directory, so a power cut right after the start still finds it). The outbox's own
+existence tells a first start (``none``) from a clean restart. Faults of ``state_dir`` are
+logged, never raised: the outbox reports them to operators, and alerts must flow
+regardless.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+
+from edgeheal.base import statefile
 
 log = logging.getLogger("edgeheal.alerts.engine")  # the name operators grep for
 
@@ -37,6 +41,9 @@ def mark_running(state_dir: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        # the name too: else a power cut before ext4's next journal commit (up to 5 s)
+        # loses the marker, and the next start calls this run's end clean
+        statefile.fsync_dir(state_dir)
     except OSError as err:  # a full or read-only state_dir: the outbox reports it
         log.error("cannot write %s (%s): the next start cannot tell whether this run "
                   "ended cleanly", marker, err.strerror or err)

@@ -4,8 +4,9 @@ Why persisted: the policy's safeguards (cooldown, ``max_per_hour``, the circuit,
 the uplink-settle flag) are only safeguards if an agent that is killed and restarted — by
 systemd, the OOM killer, an operator, a crash loop — still sees them. So the whole
 :class:`~edgeheal.core.flannel_ladder.History` is written after every change (JSON, temp file,
-fsync, rename: a crash leaves the old file or the new one, never half of one), and the actor
-reads it back on start.
+fsync, rename, fsync of the directory: a crash or a power cut leaves the old file or the
+new one, never half of one, and the new one once a save returned), and the actor reads it
+back on start; the temporary file of a save a power cut interrupted is removed then.
 
 **Time, and why history survives restarts and clock steps.** The actor works on the
 monotonic clock. Each entry is stored with its *CLOCK_BOOTTIME* reading plus the boot id
@@ -104,7 +105,9 @@ class Timeline:
 
 
 def save(path: Path, history: History, timeline: Timeline) -> None:
-    """Write the history atomically (temp file, fsync, rename); raise HistoryError."""
+    """Write the history atomically (temp file, fsync, rename, fsync of the directory:
+    a power cut after the return leaves this history, not the one before); raise
+    HistoryError."""
     def boot(mono: float | None) -> float | None:
         return None if mono is None else timeline.to_boot(mono)
 
@@ -132,6 +135,7 @@ def save(path: Path, history: History, timeline: Timeline) -> None:
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
+            statefile.fsync_dir(path.parent)  # the rename itself, before "it is on disk"
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -209,6 +213,11 @@ class Store:
         history is kept in memory (for ``agent.state_newer``)."""
 
     def load(self) -> History:
+        swept = statefile.sweep_temporary(self.path)
+        if swept:
+            log.warning("remediation history: removed %d temporary file(s) a save "
+                        "interrupted by a crash or power cut left in %s: %s", len(swept),
+                        self.path.parent, ", ".join(swept))
         try:
             return load(self.path, self.timeline)
         except NewerFormat as err:
