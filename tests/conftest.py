@@ -159,7 +159,7 @@ def _own_namespaces() -> set[str]:
         return set()
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                          check=False).stdout
-    mine = f"{netns.PREFIX}{os.getpid() % 10000:04d}"
+    mine = netns.prefix_of(os.getpid())
     return {line.split()[0] for line in out.splitlines() if line.startswith(mine)}
 
 

@@ -46,9 +46,27 @@ def run(argv: Sequence[str], *, ns: str | None = None, check: bool = True,
     return proc
 
 
+def prefix_of(pid: int) -> str:
+    """The start of every name :func:`unique` gives in process ``pid``: ``eh`` and the
+    whole PID in six hex digits (``pid_max`` is at most 2**22). Four decimal digits of it
+    were not enough: with ``pid_max`` 32768 a long test run reuses PIDs, and one worker took
+    another's lab for its own leak and deleted it."""
+    return f"{PREFIX}{pid:06x}"
+
+
+def owner_of(name: str) -> int | None:
+    """The PID whose :func:`prefix_of` ``name`` starts with, or None (not a lab name)."""
+    if not name.startswith(PREFIX) or len(name) < len(PREFIX) + 10:
+        return None
+    try:
+        return int(name[len(PREFIX):len(PREFIX) + 6], 16)
+    except ValueError:
+        return None
+
+
 def unique(tag: str = "") -> str:
-    """A short unique name (<= 15 chars, fits an interface name): ``eh<pid4><hex4><tag>``."""
-    name = f"{PREFIX}{os.getpid() % 10000:04d}{secrets.token_hex(2)}{tag}"
+    """A short unique name (<= 15 chars, fits an interface name): ``eh<pid6><hex4><tag>``."""
+    name = f"{prefix_of(os.getpid())}{secrets.token_hex(2)}{tag}"
     if len(name) > 15:
         raise ValueError(f"name {name!r} is longer than an interface name may be")
     return name
@@ -172,11 +190,10 @@ def sweep() -> list[str]:
     out = run(["ip", "netns", "list"], check=False).stdout
     for line in out.splitlines():
         name = line.split()[0] if line.split() else ""
-        if not name.startswith(PREFIX) or len(name) < 10 or not name[2:6].isdigit():
+        owner = owner_of(name)
+        if owner is None:
             continue
-        owner_alive = any(p.name.isdigit() and int(p.name) % 10000 == int(name[2:6])
-                          for p in Path("/proc").iterdir() if p.name.isdigit())
-        if not owner_alive:
+        if not Path(f"/proc/{owner}").exists():
             for pid in run(["ip", "netns", "pids", name], check=False).stdout.split():
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from edgeheal.lab.netns import unique
+from edgeheal.lab.netns import owner_of, unique
 
 log = logging.getLogger(__name__)
 
@@ -428,10 +428,9 @@ class Container:
 def sweep() -> list[str]:
     """Remove containers of runs that died without :meth:`Container.close` (SIGKILL).
 
-    A ``systemd-nspawn --machine=eh<pid4>...`` whose owner (the process whose PID ends in
-    those four digits, as in :func:`edgeheal.lab.netns.sweep`) is gone is killed with its
-    container; its overlay is unmounted and removed. Returns the machine names removed."""
-    alive = {int(p.name) % 10000 for p in Path("/proc").iterdir() if p.name.isdigit()}
+    A ``systemd-nspawn --machine=eh<pid6>...`` whose owner (the process of that PID, as in
+    :func:`edgeheal.lab.netns.sweep`) is gone is killed with its container; its overlay is
+    unmounted and removed. Returns the machine names removed."""
     removed = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -445,8 +444,9 @@ def sweep() -> list[str]:
             continue
         opts = dict(a[2:].split("=", 1) for a in args[1:] if a.startswith("--") and "=" in a)
         machine, directory = opts.get("machine", ""), opts.get("directory", "")
-        if (not machine.startswith("eh") or not machine[2:6].isdigit()
-                or int(machine[2:6]) in alive or not directory.endswith("/merged")):
+        owner = owner_of(machine)
+        if (owner is None or Path(f"/proc/{owner}").exists()
+                or not directory.endswith("/merged")):
             continue
         pid = int(proc.name)
         for child in _children(pid):  # init, and with it the container's pid namespace

@@ -14,13 +14,9 @@ from typing import Any
 
 import pytest
 
-from edgeheal.lab.netns import PREFIX
+from edgeheal.lab.netns import prefix_of
 
 WG_DIR = Path("/var/run/wireguard")
-
-
-def prefix_of(pid: int) -> str:
-    return f"{PREFIX}{pid % 10000:04d}"
 
 
 def leftovers(pid: int) -> list[str]:

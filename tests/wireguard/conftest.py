@@ -18,7 +18,7 @@ from edgeheal.lab.wireguard import WgMesh
 @pytest.fixture(autouse=True)
 def no_leaked_wireguard_sockets() -> Iterator[None]:
     """Every wireguard-go socket this process made is gone after the test."""
-    mine = f"{netns.PREFIX}{os.getpid() % 10000:04d}"
+    mine = netns.prefix_of(os.getpid())
 
     def sockets() -> set[str]:
         uapi = Path("/var/run/wireguard")
@@ -34,7 +34,7 @@ def no_leaked_wireguard_sockets() -> Iterator[None]:
 
 def wireguard_go_processes() -> list[str]:
     """Command lines of wireguard-go processes serving this process's interfaces."""
-    mine = f"{netns.PREFIX}{os.getpid() % 10000:04d}"
+    mine = netns.prefix_of(os.getpid())
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
