@@ -150,7 +150,7 @@ def run_receive(args: argparse.Namespace) -> int:
     topic = hold.topic(config.alerts.topic_prefix.strip("/"))
 
     async def publish(payload: bytes) -> None:
-        await _publish(target, config.node, topic, payload)
+        await _publish(target, config.node, topic, payload, "fleet-receive")
 
     receiver = hold_receiver.Receiver(publish, args.alert, seconds, token)
     setup(config.agent.log_level)
@@ -174,7 +174,8 @@ def run_receive(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-async def _publish(target: Any, node: str, topic: str, payload: bytes) -> None:
+async def _publish(target: Any, node: str, topic: str, payload: bytes,
+                   role: str = "fleet") -> None:
     import dataclasses
 
     from edgeheal.base import compat
@@ -182,7 +183,8 @@ async def _publish(target: Any, node: str, topic: str, payload: bytes) -> None:
     from edgeheal.boundaries.mqtt.client import Connection
 
     # its own client id: the agent of this node keeps its session under the default one
-    target = dataclasses.replace(target, client_id=f"edgeheal-fleet-{node}"[:64])
+    # (and the receiver's differs from the command's: neither takes the other's over)
+    target = dataclasses.replace(target, client_id=f"edgeheal-{role}-{node}"[:64])
     conn = Connection(target, node, keepalive=30.0)
     try:
         async with compat.timeout(target.timeout):
