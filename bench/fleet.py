@@ -19,7 +19,8 @@ edge's direct path keeps working. Then it lifts the fault and watches the edges 
   and evaluates the shipped ``EdgehealHubFaultFleetwide`` rule (every 1 s); a real
   Alertmanager routes it with the shipped route to ``edgeheal fleet receive``. The rule's
   ``for:`` is scaled to the lab's tuning: the shipped 1 m is half the shipped ``cooldown``
-  (2 m), and the lab's cooldown is 20 s, so 10 s; the route's ``group_interval`` is 1 s.
+  (2 m), and the lab's cooldown is 20 s, so 10 s; its ``keep_firing_for`` (a shipped
+  cooldown) likewise 20 s; the route's ``group_interval`` is 1 s.
 
 Counted, from the cloud's side: Flannel pod replacements (what the K3s API server
 suffers: each one is a pod deletion and a tunnel rebuild) during the fault and after it;
@@ -28,6 +29,9 @@ from the lift to every tunnel ok. In the first mode also, healthy, per node: ``/
 series and bytes per scrape, broker messages and bytes (everything under ``edgeheal/#``,
 from the lab's subscriber) extrapolated to a day, agent RSS and CPU. Results go to
 ``--out`` (JSON) and into docs/benchmarks.md by hand.
+
+``--defaults``: every agent on the shipped config (plus the fleet hold), the shipped rule
+and route unchanged, Prometheus scraping and evaluating every 15 s.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ from edgeheal.lab.world import AGENT_PORT, WG_PORT, Edge
 ROOT = Path(__file__).resolve().parents[1]
 ALERT = "EdgehealHubFaultFleetwide"
 LAB_FOR = "10s"
+LAB_KEEP = "20s"
+"""The shipped ``keep_firing_for`` (2 m, a shipped cooldown) at the lab's cooldown."""
 FLEET = '\n[fleet]\nhold = true\nmax_hold = "2h"\n'
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-alertmanager"
@@ -68,6 +74,8 @@ class FleetWorld(BenchWorld):
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
         text = super().agent_config(edge, remediation=remediation, extra=extra + FLEET)
+        if self.defaults:  # the shipped config takes no extra: the table goes at the end
+            text += FLEET
         old = f'listen = ["127.0.0.1:{AGENT_PORT}"]'
         assert old in text
         return text.replace(old, f'listen = ["127.0.0.1:{AGENT_PORT}", '
@@ -129,7 +137,10 @@ def _free_port(ns: str) -> int:
 
 
 def _start_alerting(world: FleetWorld) -> Path:
-    """Prometheus, Alertmanager and the receiver in the cloud; the receiver's log."""
+    """Prometheus, Alertmanager and the receiver in the cloud; the receiver's log. At the
+    shipped defaults (``world.defaults``) the rule and the route are the shipped ones and
+    Prometheus scrapes and evaluates every 15 s."""
+    every = "15s" if world.defaults else "1s"
     work = world.workdir / "alerting"
     (work / "prom").mkdir(parents=True)
     (work / "am").mkdir()
@@ -143,7 +154,8 @@ def _start_alerting(world: FleetWorld) -> Path:
                          str(token)], ns=world.cloud, log_path=log)
     route = yaml.safe_load((ROOT / "monitoring" / "alertmanager" / "fleet-hold.yaml")
                            .read_text())
-    route["route"]["routes"][0]["group_interval"] = "1s"
+    if not world.defaults:
+        route["route"]["routes"][0]["group_interval"] = "1s"
     hook = route["receivers"][1]["webhook_configs"][0]
     hook["url"] = f"http://127.0.0.1:{receiver_port}/alertmanager"
     hook["http_config"]["authorization"]["credentials_file"] = str(token)
@@ -156,11 +168,11 @@ def _start_alerting(world: FleetWorld) -> Path:
     rules = yaml.safe_load((ROOT / "monitoring" / "alerts.yaml").read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
-            if rule.get("alert") == ALERT:
-                rule["for"] = LAB_FOR
+            if rule.get("alert") == ALERT and not world.defaults:
+                rule["for"], rule["keep_firing_for"] = LAB_FOR, LAB_KEEP
     (work / "prom" / "alerts.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     (work / "prom" / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s",
+        "global": {"scrape_interval": every, "evaluation_interval": every,
                    "scrape_timeout": "1s"},
         "rule_files": [str(work / "prom" / "alerts.yaml")],
         "alerting": {"alertmanagers": [{"static_configs": [
@@ -239,11 +251,11 @@ async def _timeline(world: FleetWorld, t0: float, receiver_log: Path | None,
         await asyncio.sleep(0.25)
 
 
-async def once(workdir: Path, mode: str, edges: int, fault: float, cost: bool,
-               ) -> dict[str, Any]:
-    world = FleetWorld(workdir / mode, edges=edges)
+async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool,
+               defaults: bool = False) -> dict[str, Any]:
+    world = FleetWorld(workdir / mode, edges=edges, defaults=defaults)
     result: dict[str, Any] = {"mode": mode, "edges": edges, "fault_seconds": fault,
-                              "load_start": loadavg()}
+                              "defaults": defaults, "load_start": loadavg()}
     try:
         await world.build()
         for edge in world.edges:
@@ -252,7 +264,8 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, cost: bool,
         receiver_log = _start_alerting(world) if mode == "auto" else None
         if cost:
             result["healthy"] = await _cost(world, 60)
-        await asyncio.sleep(15)  # past every agent's startup_grace, and the rules loaded
+        # past every agent's startup_grace (10 s tuned, 1 m shipped), the rules loaded
+        await asyncio.sleep(70 if defaults else 15)
         base = _replacements(world)
         t_fault = time.monotonic()
         _hub_fault(world, True)
@@ -275,15 +288,15 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, cost: bool,
             (len(_broker_lines(world)) - lines0) / len(world.edges), 1)
         _hub_fault(world, False)
         t_lift = time.monotonic()
-        recovered = await _until_all(world, _wg_ok, 180, "tunnels ok after the fault")
-        await asyncio.sleep(30)  # any late restart would show here
+        recovered = await _until_all(world, _wg_ok, 300, "tunnels ok after the fault")
+        await asyncio.sleep(150 if defaults else 30)  # a late restart would show here
         after = _replacements(world)
         sampler.cancel()
         await asyncio.gather(sampler, return_exceptions=True)
         if mode == "operator":
             await asyncio.to_thread(_fleet_cli, world, "release")
         if mode == "auto":
-            released = await _until_all(world, lambda w, e: not _held(w, e), 120,
+            released = await _until_all(world, lambda w, e: not _held(w, e), 300,
                                         "the hold released")
             result["release_heard_after_recovery_s"] = round(max(released.values()), 1)
         result.update({
@@ -308,6 +321,9 @@ def main() -> int:
     parser.add_argument("--fault", type=float, default=120.0)
     parser.add_argument("--modes", default="none,operator,auto")
     parser.add_argument("--out", type=Path, default=Path("fleet.json"))
+    parser.add_argument("--defaults", action="store_true",
+                        help="agents, rule and route on the shipped defaults (Prometheus "
+                        "every 15 s)")
     args = parser.parse_args()
     modes = args.modes.split(",")
     if not set(modes) <= {"none", "operator", "auto"}:
@@ -315,8 +331,8 @@ def main() -> int:
 
     async def measure(workdir: Path) -> dict[str, Any]:
         began = time.monotonic()
-        runs = [await once(workdir, m, args.edges, args.fault, cost=i == 0)
-                for i, m in enumerate(modes)]
+        runs = [await once(workdir, m, args.edges, args.fault, cost=i == 0,
+                           defaults=args.defaults) for i, m in enumerate(modes)]
         return {"runs": runs, "minutes": round((time.monotonic() - began) / 60, 1)}
 
     return run_bench("fleet", measure, args.out)

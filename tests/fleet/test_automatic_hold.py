@@ -11,7 +11,8 @@ storm bench's business, not this test's): each serves, on its own loopback port,
 agent's ``edgeheal_check_state`` and ``edgeheal_mqtt_up`` families with the HELP, TYPE and
 label names of the golden ``/metrics`` file (tests/agent/golden/metrics.txt), one value per
 state as the agent writes them (1 for the current state, 0 for the others). What the test
-changes in the shipped files, to fit in a minute: the rule's ``for:`` (1 s), the route's
+changes in the shipped files, to fit in a minute: the rule's ``for:`` and
+``keep_firing_for:`` (1 s each), the route's
 ``group_interval`` (1 s) and the webhook's URL and token file; scrapes and evaluations run
 every 0.5 s. Everything listens on 127.0.0.1 on ports chosen for this run and runs in the
 sandbox (killed and removed even on failure).
@@ -114,11 +115,13 @@ class Node:
 
 
 def _rules(into: Path) -> Path:
-    """The shipped alerts with the hub-fault rule's ``for:`` at 1 s."""
+    """The shipped alerts with the hub-fault rule's ``for:`` and ``keep_firing_for:`` at
+    1 s."""
     doc = yaml.safe_load((ROOT / "monitoring" / "alerts.yaml").read_text())
     rules = [r for g in doc["groups"] for r in g["rules"] if r.get("alert") == ALERT]
     assert len(rules) == 1
-    rules[0]["for"] = "1s"
+    assert rules[0]["keep_firing_for"] == "2m"
+    rules[0]["for"] = rules[0]["keep_firing_for"] = "1s"
     out = into / "alerts.yaml"
     out.write_text(yaml.safe_dump(doc, sort_keys=False))
     return out
