@@ -80,6 +80,8 @@ if [ "$lab" -eq 1 ]; then
 fi
 if [ "$dev" -eq 1 ]; then
   packages+=(prometheus dbus shellcheck debootstrap systemd-container util-linux wrk)
+  # the automatic fleet hold's test routes a real alert through Alertmanager
+  packages+=(prometheus-alertmanager)
   # the Debian packages (packaging/build, tests/packaging): debhelper, lintian, and the
   # arm64 strip for the arm64 package built here
   packages+=(dpkg-dev debhelper lintian binutils binutils-aarch64-linux-gnu)
@@ -116,6 +118,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
       # masked before it exists, so its package never starts it: the system service would
       # probe this test machine's serial and USB devices (the tests run their own)
       if have_systemd; then systemctl mask ModemManager.service >/dev/null 2>&1 || true; fi ;;
+  esac
+  case " ${missing[*]} " in
+    *" prometheus-alertmanager "*)
+      # the tests start their own Alertmanager on a port of their own; the package's
+      # service would hold :9093 and :9094 (its cluster port) on every test machine
+      if have_systemd; then
+        systemctl mask prometheus-alertmanager.service >/dev/null 2>&1 || true
+      fi ;;
   esac
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -8,6 +8,9 @@ What is checked, and why each matters to an operator:
 - the unit tests have teeth: a rule file with one threshold changed fails them;
 - each alert has ``for:``, a severity, a summary, a description and a ``runbook_url`` whose
   anchor is a section of docs/runbook.md;
+- the shipped Alertmanager route (monitoring/alertmanager/fleet-hold.yaml) passes
+  ``amtool check-config``, sends the hub-fault alert, and only it, to the fleet-hold
+  webhook with ``send_resolved`` (the resolve is the release), and names a shipped alert;
 - the three alerts issue 21 names (rekey failing, circuit open, outbox backlog) are one line;
 - the committed dashboard is what ``monitoring/dashboard.py`` writes, and every one of its
   queries parses (wrapped as recording rules for ``promtool check rules``);
@@ -37,6 +40,8 @@ UNIT_TESTS = Path(__file__).with_name("alerts_test.yaml")
 RUNBOOK = ROOT / "docs" / "runbook.md"
 GOLDEN = ROOT / "tests" / "agent" / "golden" / "metrics.txt"
 PROMTOOL = shutil.which("promtool") or "promtool"
+AMTOOL = shutil.which("amtool") or "amtool"
+ROUTE = MONITORING / "alertmanager" / "fleet-hold.yaml"
 ONE_LINERS = ("EdgehealRekeyFailing", "EdgehealRemediationCircuitOpen",
               "EdgehealAlertBacklogOld")
 TARGET_LABELS = {"job", "instance"}
@@ -208,3 +213,28 @@ def test_a_one_line_alert_reads_a_metric_of_the_golden_file(name: str) -> None:
     metric = _SELECTOR.search(expr)
     assert metric is not None
     assert metric.group(1) in _golden()
+
+
+def _amtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([AMTOOL, *args], capture_output=True, text=True, check=False,
+                          cwd=ROOT, timeout=60)
+
+
+def test_the_shipped_route_sends_the_hub_fault_and_only_it_to_the_fleet_hold() -> None:
+    proc = _amtool("check-config", str(ROUTE))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+    names = {r["alert"] for r in alert_rules()}
+    for alert, receiver in (("EdgehealHubFaultFleetwide", "edgeheal-fleet-hold"),
+                            ("EdgehealDirectPathDownFleetwide", "default"),
+                            ("EdgehealTunnelFailed", "default")):
+        assert alert in names
+        proc = _amtool("config", "routes", "test", f"--config.file={ROUTE}",
+                       f"alertname={alert}")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.split() == [receiver], (alert, proc.stdout)
+    doc = yaml.safe_load(ROUTE.read_text())
+    hook = next(r for r in doc["receivers"]
+                if r["name"] == "edgeheal-fleet-hold")["webhook_configs"][0]
+    assert hook["send_resolved"] is True
+    assert hook["url"].endswith("/alertmanager")
