@@ -59,7 +59,7 @@ async def _peak(call: Callable[[], Awaitable[Any]]) -> tuple[int, Any]:
 
 
 async def test_the_egress_diagnosis_does_not_grow_with_the_nodes_links(sandbox: Sandbox) -> None:
-    ns = sandbox.netns("grow")
+    ns = sandbox.netns("gr")
     _uplink(ns)
     egress = Egress(netns=ns)
     endpoint = ipaddress.ip_address("10.200.0.50")
@@ -79,7 +79,7 @@ async def test_the_egress_diagnosis_does_not_grow_with_the_nodes_links(sandbox: 
 
 
 async def test_the_uplink_read_does_not_grow_with_the_nodes_links(sandbox: Sandbox) -> None:
-    ns = sandbox.netns("grow")
+    ns = sandbox.netns("gr")
     _uplink(ns)
 
     def read() -> Awaitable[Any]:
@@ -104,7 +104,7 @@ async def test_the_uplink_read_without_names_still_finds_the_interfaces(
         sandbox: Sandbox) -> None:
     """Without sysfs's names (another namespace), or with names that do not exist here, the
     read falls back to listing every link: the answer is the same."""
-    ns = sandbox.netns("grow")
+    ns = sandbox.netns("gr")
     _uplink(ns)
     for names in (None, ("ehgone0",)):
         found = {i.name: i for i in await interfaces.read(("ehup*",), netns=ns, names=names)}
