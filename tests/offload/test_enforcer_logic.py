@@ -152,8 +152,8 @@ async def test_a_hot_plug_is_recorded_once_udev_has_renamed_it(
         await asyncio.sleep(0.3)  # six settle periods: udev still busy, nothing recorded
         assert events == []
         source.rename("eth0", "wwan1")
-        busy.clear()
         await enforcer.reconcile("link_event", only="wwan1", defer=True)  # the rename event
+        busy.clear()  # then udev writes the link's database entry
         await until(lambda: len(events) == 1, within=5.0, what="the deferred record")
         assert events[0].detail["interface"] == "wwan1"
         assert _corrections(reg, "wwan1", "link_event") == 1
