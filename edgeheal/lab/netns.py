@@ -18,6 +18,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -199,4 +200,28 @@ def sweep() -> list[str]:
                     os.kill(int(pid), signal.SIGKILL)
             run(["ip", "netns", "del", name], check=False)
             removed.append(name)
+    return removed + _sweep_wireguard_sockets()
+
+
+WG_SOCKETS = Path("/var/run/wireguard")
+"""Where wireguard-go puts its UAPI sockets (one per interface, ``<ifname>.sock``)."""
+
+
+def _sweep_wireguard_sockets() -> list[str]:
+    """Remove lab wireguard-go sockets that nothing listens on any more: a wireguard-go
+    killed with its namespace (SIGKILL, a test worker killed) leaves its socket file, and
+    the per-test leak checks only see their own process's names."""
+    removed = []
+    for path in sorted(WG_SOCKETS.glob(f"{PREFIX}*.sock")) if WG_SOCKETS.is_dir() else []:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(1.0)
+            probe.connect(str(path))
+        except ConnectionRefusedError:  # no listener: a stale file
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+        except OSError:
+            pass  # busy or odd: leave it
+        finally:
+            probe.close()
     return removed

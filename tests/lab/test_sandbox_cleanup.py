@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from edgeheal.lab import netns
 from tests.support import wait_until
 
 CHILD = textwrap.dedent("""
@@ -47,3 +51,27 @@ def test_a_spawned_process_dies_with_a_killed_owner() -> None:
             owner.stdout.close()
         if pid and alive(pid):  # the assertion failed: do not leave it behind
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.root
+def test_the_sweep_removes_wireguard_sockets_nothing_listens_on() -> None:
+    """A wireguard-go killed with its namespace leaves ``<ifname>.sock``: the sweep removes
+    such a file, never one that still has a listener."""
+    netns.WG_SOCKETS.mkdir(parents=True, exist_ok=True)
+    stale, live = (netns.WG_SOCKETS / f"{netns.unique(t)}.sock" for t in ("s", "l"))
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(stale))
+    dead.close()  # the file stays, nothing listens: what a killed wireguard-go leaves
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(live))
+    server.listen(1)
+    try:
+        removed = netns.sweep()
+        assert stale.name in removed
+        assert not stale.exists()
+        assert live.exists()
+        assert live.name not in removed
+    finally:
+        server.close()
+        stale.unlink(missing_ok=True)
+        live.unlink(missing_ok=True)
