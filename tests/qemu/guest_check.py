@@ -202,7 +202,9 @@ async def scenario(case: Case, stop: asyncio.Event) -> None:
         await asyncio.to_thread(sh, "ping", "-c", "5", "-i", "0.2", "-s", "1000", case.overlay,
                                 check=False)
         await case.step(check)
-    out["before"] = out["samples"][-1]
+    # the last reading with counters (a slow guest's read_error carries none)
+    out["before"] = next((s for s in reversed(out["samples"]) if s["rx"] is not None),
+                         out["samples"][-1])
     out["fault_at"] = round(time.monotonic() - T0, 2)
     if name == "blackhole":
         drop = ("  chain in { type filter hook input priority 0; policy accept;\n"
