@@ -352,7 +352,7 @@ class Agent:
         sockets already bound to ``[http] listen`` (:func:`run_forever` binds them first).
         A start that fails (control socket, HTTP) goes through the same ordered stop, so
         it leaves no socket and no running marker behind."""
-        from edgeheal.agent import endpoints as http  # aiohttp only for `run`
+        from edgeheal.agent import http_server as http  # aiohttp only for `run`
 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -388,7 +388,7 @@ class Agent:
             await self._shutdown(tasks, web)
 
     async def _shutdown(self, tasks: list[asyncio.Task[None]], web: Any) -> None:
-        from edgeheal.agent import endpoints as http
+        from edgeheal.agent import http_server as http
 
         log.info("stopping")
         self.notifier.stopping()
@@ -442,7 +442,7 @@ def run_forever(config: Config) -> None:
     """The agent as ``edgeheal run`` starts it: lock the state directory (StateDirBusy,
     an OSError naming the PID that holds it), bind the HTTP port, and only then build the
     agent, which opens the outbox and the markers in that directory."""
-    from edgeheal.agent import endpoints as http
+    from edgeheal.agent import http_server as http
 
     async def main() -> None:
         with lock_state_dir(config.agent.state_dir):
