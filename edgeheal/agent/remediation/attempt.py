@@ -5,7 +5,8 @@ the actor reads the snapshot, decides and carries out every decision; a ``restar
 one decision that waits (minutes, on a remedy and then on the checks), and what it waits
 for, how long, and what it records before and after is this module's. The actor's *ladder
 hooks* (``remedy_for``, ``before``, ``verified_by``, ``cured``) say what it means for one
-ladder; the steps are the same for every ladder.
+ladder; the steps are the same for every ladder. An attempt sees its actor through
+:class:`Ladder`, what it reads and does there.
 
 An attempt: run the remedy (which returns once the replacement pod is Ready or the unit
 active again, or raises :class:`~edgeheal.remedies.RemedyError`), bounded by the remedy's
@@ -26,16 +27,18 @@ import asyncio
 import logging
 import math
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from edgeheal import remedies
 from edgeheal.base import compat
-from edgeheal.core.flannel_ladder import Action, Record
-from edgeheal.model import Snapshot, State, rfc3339
-from edgeheal.remedies import RemedyError
+from edgeheal.core.flannel_ladder import Action, History, Record
+from edgeheal.model import Context, Snapshot, State, rfc3339
+from edgeheal.remedies import Remedy, RemedyError
 
 if TYPE_CHECKING:
-    from edgeheal.agent.remediation.flannel_actor import Remediator
+    from edgeheal.agent.remediation.reporting import NodeReporter
     from edgeheal.config import Config
 
 log = logging.getLogger("edgeheal.remediation.actor")  # the name operators grep for
@@ -48,7 +51,40 @@ RESTART_MARGIN = 120.0
 stuck past both is abandoned and the attempt counts as failed."""
 
 
-async def restart(actor: Remediator, action: Action) -> None:
+class Ladder(Protocol):
+    """What an attempt reads and does through its ladder's actor (the
+    :class:`~edgeheal.agent.remediation.flannel_actor.Remediator` and its subclasses)."""
+
+    LADDER: ClassVar[str]
+    KIND: ClassVar[str]
+    WHAT: ClassVar[str]
+    SUBJECT: ClassVar[str]
+    NODE_EVENTS: ClassVar[Mapping[str, str]]
+    ctx: Context
+    config: Config
+    settings: Any
+    clock: Callable[[], float]
+    wall: Callable[[], datetime]
+    tick: float
+    history: History
+    busy: str | None
+    restarts: Any
+    duration: Any
+    reporter: NodeReporter
+
+    def remedy_for(self, action: Action) -> tuple[Remedy | None, str]: ...
+    async def before(self, action: Action, detail: dict[str, Any],
+                     correlation: str) -> str: ...
+    async def _apply(self, action: Action) -> None: ...
+    def store(self, history: History) -> None: ...
+    async def persist(self, history: History) -> None: ...
+    def verified_by(self) -> tuple[str, ...]: ...
+    def cured(self, snap: Snapshot, name: str, since: float) -> bool: ...
+    def _emit(self, kind: str, message: str, detail: Mapping[str, Any],
+              correlation: str = "") -> None: ...
+
+
+async def restart(actor: Ladder, action: Action) -> None:
     """Carry out ``action`` (a ``restart``) for ``actor``'s ladder, from the record before
     to the record after."""
     began, wall = actor.clock(), actor.wall()
@@ -126,7 +162,7 @@ async def restart(actor: Remediator, action: Action) -> None:
                  target or "no target")
 
 
-def _dry_run(actor: Remediator, action: Action, *, mode: str, counted: str, record: Record,
+def _dry_run(actor: Ladder, action: Action, *, mode: str, counted: str, record: Record,
              detail: dict[str, Any], correlation: str) -> None:
     """A dry run (or no remedy): said, counted and recorded; nothing is done."""
     log.warning("remediation DRY RUN: would restart %s (%s): %s", actor.WHAT, mode,
@@ -136,7 +172,7 @@ def _dry_run(actor: Remediator, action: Action, *, mode: str, counted: str, reco
     actor._emit(f"{actor.KIND}.skipped", f"dry run: {action.message}", detail, correlation)
 
 
-def _wording(actor: Remediator, action: Action, mode: str) -> tuple[str, str]:
+def _wording(actor: Ladder, action: Action, mode: str) -> tuple[str, str]:
     """The counter's ``action`` label and the verb of the messages: ``restart`` and
     "restarted", or the first rung's mode and "<mode>:"."""
     if action.rung and actor.LADDER == remedies.FLANNEL:
@@ -144,7 +180,7 @@ def _wording(actor: Remediator, action: Action, mode: str) -> tuple[str, str]:
     return "restart", "restarted"
 
 
-def _unfinished(actor: Remediator, err: Exception, mode: str) -> str:
+def _unfinished(actor: Ladder, err: Exception, mode: str) -> str:
     """What a restart that ended with ``err`` (not a RemedyError) says in its alert."""
     if isinstance(err, compat.TimeoutErrors):
         return (f"restart did not finish within "
@@ -172,7 +208,7 @@ def verify_timeout(config: Config, settings: Any, mode: str) -> float:
     return float(settings.verify_timeout)
 
 
-async def verify(actor: Remediator, since: float, within: float) -> bool:
+async def verify(actor: Ladder, since: float, within: float) -> bool:
     """Fresh ok results for every check ``actor`` is verified by, after ``since``."""
     deadline = since + within
     wanted = actor.verified_by()
