@@ -13,7 +13,7 @@ import pytest
 
 from edgeheal.boundaries.kernel import interfaces as ifstate
 from edgeheal.boundaries.kernel.interfaces import Interface
-from edgeheal.boundaries.modemmanager import Bearer, Modem, ModemError
+from edgeheal.boundaries.modemmanager.readings import Bearer, Modem, ModemError
 from edgeheal.checks.uplink import REFRESH, Evidence, UplinkCheck, judge, pick_modem
 from edgeheal.config import loads_generic
 from edgeheal.lab.netns import Sandbox, run
