@@ -13,7 +13,7 @@ import pytest
 
 from edgeheal.boundaries.kernel import interfaces as ifstate
 from edgeheal.boundaries.kernel.interfaces import Interface
-from edgeheal.boundaries.modemmanager import Bearer, Modem, ModemError
+from edgeheal.boundaries.modemmanager.readings import Bearer, Modem, ModemError
 from edgeheal.checks.uplink import UplinkCheck, pick_modem
 from edgeheal.checks.uplink.interface_reader import REFRESH
 from edgeheal.checks.uplink.verdict import Evidence, judge

@@ -104,6 +104,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from edgeheal.boundaries.modemmanager.readings import Modem, ModemError
 from edgeheal.checks import Check, Registration, register
 from edgeheal.checks.uplink.interface_reader import InterfaceReader
 from edgeheal.checks.uplink.verdict import NOT_SILENCE, REASONS, Evidence, judge
@@ -117,7 +118,6 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from edgeheal.boundaries.kernel.interfaces import Interface
-    from edgeheal.boundaries.modemmanager import Modem
     from edgeheal.config import CheckSettings, Config, UplinkSettings
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ class UplinkCheck:
     async def _modem(self, names: set[str]) -> tuple[Modem | None, str]:
         if not self.uplink.modem_manager:
             return None, ""
-        from edgeheal.boundaries.modemmanager import ModemError, ModemManager
+        from edgeheal.boundaries.modemmanager.client import ModemManager
 
         if self._mm is None:
             self._mm = ModemManager(self.uplink.dbus_address or None,

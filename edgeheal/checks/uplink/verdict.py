@@ -16,7 +16,7 @@ from edgeheal.model import CheckResult, State
 
 if TYPE_CHECKING:
     from edgeheal.boundaries.kernel.interfaces import Interface
-    from edgeheal.boundaries.modemmanager import Modem
+    from edgeheal.boundaries.modemmanager.readings import Modem
 
 REASONS = ("ok", "stuck", "no_coverage", "no_address", "no_route", "link_down", "silent",
            "modem_not_ready", "modem_absent", "modem_failed", "registration_denied")
