@@ -25,9 +25,10 @@ follows the ifindex through a rename (:mod:`.reconcile`); across passes, an
 gauges, counters and pending drift to the new name (nothing stays under the temporary
 name); and a correction made on a link event is *recorded* (counted, logged, emitted)
 ``settle`` seconds later, under the name the kernel gives its ifindex by then (an unread
-rename event does not matter), so the alert names the final interface; where udev runs and has not yet finished with the link (its database entry
-is written after the rename), the record waits on, ``SETTLE_MAX`` at most: a busy box
-renames late. The ioctl itself is never delayed.
+rename event does not matter), so the alert names the final interface; where udev runs
+and has not yet finished with the link (its database entry is written after the rename),
+the record waits on, ``SETTLE_MAX`` at most: a busy box renames late. The ioctl is never
+delayed.
 
 The pass is split by job: the pure plan (:mod:`.plan`: which features to switch off, the
 outcomes), one reconcile pass (:mod:`.reconcile`), the words for its results
