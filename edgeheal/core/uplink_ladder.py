@@ -28,16 +28,19 @@ means not stuck).
    :func:`edgeheal.core.safeguards.held`); ``direct_path_ok`` (a direct-path target is not
    failed: the uplink carries traffic); ``stuck_window`` (for ``stuck`` and
    ``registration_denied``: so, with every direct-path target failed, for less than
-   ``act_after``); ``no_rung`` (no usable rung on this node for this verdict); then the
+   ``act_after``); ``no_rung`` (no usable rung on this node for this verdict, or only
+   ``sim-switch``, which is never an episode's first rung: :func:`episode_rungs`); then the
    shared :func:`edgeheal.core.safeguards.throttled` (``open_circuit`` once
    ``min(give_up_after, the verdict's usable rungs)`` rungs in a row did not cure,
    ``startup_grace``, ``cooldown``, ``budget_exhausted``); for the ``reboot`` rung
-   ``reboot_once_a_day``; for ``registration_denied`` ``denied_once_an_hour`` (a
-   ``radio-cycle`` for a denial in the last hour).
+   ``reboot_once_a_day``; for a ``radio-cycle`` on ``registration_denied``
+   ``denied_once_an_hour`` (a ``radio-cycle`` for a denial in the last hour).
 5. otherwise ``restart`` with ``rung`` = the verdict's usable rung at index
    ``failures_in_row``: one rung up per attempt that did not cure (``dry_run`` marks it).
-   A denial has one rung, so one ``radio-cycle`` that did not cure opens the circuit: the
-   critical alert says a person is needed, and nothing heavier is ever tried.
+   A denial has one rung — two where ``sim-switch`` is configured (the other SIM is what
+   a refused SIM needs) — so one ``radio-cycle`` (and that switch) that did not cure
+   opens the circuit: the critical alert says a person is needed, and nothing heavier
+   (no USB reset, no reboot) is ever tried.
 
 **The reboot gates.** Off unless configured (the rung is not usable without
 ``reboot = true``); never within ``startup_grace`` of boot (the shared grace counts from
@@ -67,20 +70,34 @@ if TYPE_CHECKING:
 REBOOT = "reboot"
 """The rung the once-a-day gate applies to."""
 RADIO_CYCLE = "radio-cycle"
+SIM_SWITCH = "sim-switch"
+"""The rung that is never an episode's first (:func:`decide`)."""
 DAY = 86400.0
 HOUR = 3600.0
 RUNGS_FOR: Mapping[str, tuple[str, ...]] = {
-    "stuck": ("modem-reconnect", "radio-cycle", "link-bounce", "usb-reauthorize", REBOOT),
-    "modem_absent": ("modemmanager-restart", "usb-reauthorize", REBOOT),
-    "modem_failed": ("modemmanager-restart", "usb-reauthorize", REBOOT),
-    "registration_denied": (RADIO_CYCLE,),
+    "stuck": ("modem-reconnect", RADIO_CYCLE, "link-bounce", "driver-rebind",
+              "usb-reauthorize", SIM_SWITCH, REBOOT),
+    "modem_absent": ("modemmanager-restart", "driver-rebind", "usb-reauthorize", REBOOT),
+    "modem_failed": ("modemmanager-restart", "driver-rebind", "usb-reauthorize", REBOOT),
+    "registration_denied": (RADIO_CYCLE, SIM_SWITCH),
 }
 """Which rungs may act on which verdict (the policy's table; their order on a node is
 ``[remediation.uplink] rungs``, filtered by this). A stuck session wants a new session
 first, then the radio, the link, the USB device; a modem that vanished or failed wants
 its manager restarted (ModemManager re-probes every modem on start), then the USB device;
 a refused registration gets one radio off/on (a network that refuses again is the
-operator's to fix) and never anything heavier: a reboot does not buy credit."""
+operator's to fix) and never anything heavier: a reboot does not buy credit.
+
+The two opt-in rungs: ``driver-rebind`` (the uplink's USB interface driver unbound and
+bound again) is lighter than ``usb-reauthorize`` — one interface's driver re-initialises
+(for ``qmi_wwan`` or ``cdc_mbim`` both the net device and the control port that hung),
+the device is not re-enumerated and its other interfaces (GNSS, AT ports) stay — so it
+comes before it, for a stuck session and for a modem ModemManager lost or marked failed
+(whose control port hangs while the net device stays). ``sim-switch`` (the other SIM slot
+primary) is what cures a SIM the network refuses or a plan that carries nothing, which no
+local reset cures: for ``registration_denied`` after the one radio off/on, and for
+``stuck`` after the local rungs and before a reboot (a reboot keeps the same SIM). Never
+for ``modem_absent``/``modem_failed``: the modem is gone or broken, not its SIM."""
 ACT_AFTER_FOR = frozenset({"stuck", "registration_denied"})
 """Verdicts that wait ``act_after`` before the first rung: silence may end by itself, and
 a denial may be a congested cell's passing refusal. ``modem_absent`` already waited
@@ -176,11 +193,16 @@ def decide(view: UplinkView, history: History, now: float,
             f"{failure}: {view.reason} with the direct path down for "
             f"{now - stuck_since:.0f}s; the first rung waits {settings.act_after:g}s (it "
             "may come back by itself)"))]
-    rungs = tuple(r for r in view.rungs if r in RUNGS_FOR[view.reason])
+    rungs = episode_rungs(view.rungs, view.reason)
     if not rungs:
         return [Action("skip", "no_rung", (
             f"{failure}: no usable rung on this node for {view.reason} (it takes "
             f"{', '.join(RUNGS_FOR[view.reason])})"))]
+    if rungs == (SIM_SWITCH,):
+        return [Action("skip", "no_rung", (
+            f"{failure}: sim-switch is the only usable rung for {view.reason}, and an "
+            "episode's first rung is never a SIM switch (a gentler rung must have failed "
+            "first); no rung"))]
     limits = Limits(settings.cooldown, settings.max_per_hour, settings.startup_grace,
                     min(settings.give_up_after, len(rungs)))
     throttled = ladder.throttled(history, now, failure, limits,
@@ -193,7 +215,7 @@ def decide(view: UplinkView, history: History, now: float,
         blocked = _reboot_blocked(history, now, view.booted_mono)
         if blocked:
             return [Action("skip", "reboot_once_a_day", f"{failure}: {blocked}")]
-    if view.reason == "registration_denied":
+    if view.reason == "registration_denied" and rung == RADIO_CYCLE:
         last = [r.mono for r in history.records if r.mode == RADIO_CYCLE
                 and r.reason == failure and r.result != "dry_run" and r.mono is not None
                 and now - r.mono < DENIED_EVERY]
@@ -207,6 +229,17 @@ def decide(view: UplinkView, history: History, now: float,
     return [Action("restart", failure,
                    f"{failure}: {verb} rung {step}/{len(rungs)} ({rung})",
                    dry_run=settings.dry_run, rung=rung)]
+
+
+def episode_rungs(usable: tuple[str, ...], reason: str) -> tuple[str, ...]:
+    """The rungs of one episode for verdict ``reason``: the usable ones it takes, in the
+    configured order, except that ``sim-switch`` is never first (switching the SIM is the
+    one rung that changes which subscription the node uses: a gentler rung must have been
+    tried and failed first). Where it comes first it goes second."""
+    rungs = tuple(r for r in usable if r in RUNGS_FOR[reason])
+    if len(rungs) > 1 and rungs[0] == SIM_SWITCH:
+        rungs = (rungs[1], SIM_SWITCH, *rungs[2:])
+    return rungs
 
 
 FAILURES = {"stuck": "uplink_stuck", "modem_absent": "modem_absent",
