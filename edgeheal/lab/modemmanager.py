@@ -31,7 +31,12 @@ Since the second round also: ``Modem.StateFailedReason`` ``u`` and ``UnlockRequi
 ``disabling`` -> ``disabled`` (registration ``idle``); enabling goes ``enabling`` ->
 ``enabled`` -> ``searching`` -> ``registered`` (or registration ``denied`` with the reject
 cause while :meth:`FakeModemManager.deny_registration` holds), and does not reconnect a
-bearer (ModemManager never does that by itself; a connection manager does). Lab controls
+bearer (ModemManager never does that by itself; a connection manager does). ``SimSlots``
+``ao``, ``PrimarySimSlot`` ``u`` and ``SetPrimarySimSlot(u)`` (1.16) behave as
+``handle_set_primary_sim_slot`` and ``set_primary_sim_slot_ready`` (``src/mm-iface-modem.c``;
+:mod:`edgeheal.lab.sim_slots`): the switch re-probes the modem, which goes away and comes
+back as a new, disabled modem object. ``Simple.Connect`` of a disabled modem enables and
+registers it first (``src/mm-iface-modem-simple.c``: its ENABLE and REGISTER steps). Lab controls
 make a modem ``failed`` with a reason (:meth:`FakeModemManager.fail`), vanish and return
 (:meth:`remove_modem`, :meth:`add_modem`), and be refused by the network.
 
@@ -84,6 +89,7 @@ from edgeheal.boundaries.modemmanager.readings import (
     ROOT_PATH,
     SERVICE,
 )
+from edgeheal.lab.sim_slots import set_primary_sim_slot, sim_paths
 from edgeheal.lab.standin import BusStandIn
 
 log = logging.getLogger(__name__)
@@ -141,6 +147,12 @@ class FakeModem:
     """NetworkRejection's ``error`` (0: none, the property's dict is empty)."""
     denied: int = 0
     """While non-zero, every registration attempt is denied with this reject cause."""
+    slots: int = 0
+    """SIM slots (``SimSlots``' length; 0: ModemManager reports none)."""
+    primary_slot: int = 0
+    slot_denied: dict[int, int] = field(default_factory=dict)
+    """Per slot, the reject cause the network answers that SIM with (lab's ``dead-sim``)."""
+    switching: bool = False
 
     @property
     def path(self) -> str:
@@ -159,7 +171,8 @@ def _modem_props(modem: FakeModem) -> dict[str, V]:
             "PrimaryPort": V("s", "cdc-wdm0"), "Manufacturer": V("s", "edgeheal lab"),
             "Model": V("s", "stand-in LTE modem"),
             "StateFailedReason": V("u", FAILED_CODES[modem.failed_reason]),
-            "UnlockRequired": V("u", LOCK_CODES[modem.unlock_required])}
+            "UnlockRequired": V("u", LOCK_CODES[modem.unlock_required]),
+            "SimSlots": V("ao", sim_paths(modem)), "PrimarySimSlot": V("u", modem.primary_slot)}
 
 
 def _rejection(modem: FakeModem) -> dict[str, V]:
@@ -217,9 +230,21 @@ class _Modem(ServiceInterface):
     def UnlockRequired(self) -> DBusUInt32:
         return LOCK_CODES[self.modem.unlock_required]
 
+    @dbus_property(access=PropertyAccess.READ)
+    def SimSlots(self) -> Annotated[list[str], DBusSignature("ao")]:
+        return sim_paths(self.modem)
+
+    @dbus_property(access=PropertyAccess.READ)
+    def PrimarySimSlot(self) -> DBusUInt32:
+        return self.modem.primary_slot
+
     @dbus_method()
     async def Enable(self, enable: DBusBool):  # type: ignore[no-untyped-def]
         await self.fake.enable(self.modem, bool(enable))
+
+    @dbus_method()
+    async def SetPrimarySimSlot(self, slot: DBusUInt32):  # type: ignore[no-untyped-def]
+        await set_primary_sim_slot(self.fake, self.modem, int(slot))
 
     @dbus_signal()
     def StateChanged(self, old: int, new: int,
@@ -299,8 +324,16 @@ class FakeModemManager(BusStandIn):
     """Every Simple and Enable call: (method, modem path); Enable(false) is "Disable"."""
     connects: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The properties (plain values) of every Simple.Connect accepted."""
+    reprobe_delay: float = 0.5
+    """How long a re-probed modem (after a SIM slot switch) stays away."""
     _ifaces: dict[str, dict[str, ServiceInterface]] = field(default_factory=dict)
     _bearers: int = 0
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def _stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _serve(self, bus: MessageBus) -> None:
         bus.add_message_handler(self._object_manager)
@@ -316,6 +349,10 @@ class FakeModemManager(BusStandIn):
         modem = FakeModem(index=len(self.modems), device=device, interface=interface)
         props = {"apn": apn, "ip-type": 1, **settings}  # MM_BEARER_IP_FAMILY_IPV4
         modem.bearers.append(self._new_bearer(modem, self._typed(props)))  # exported below
+        return self.add_probed(modem)
+
+    def add_probed(self, modem: FakeModem) -> FakeModem:
+        """``modem`` as it is, exported and announced (a re-probe's new object)."""
         self.modems.append(modem)
         if self._bus is not None:
             self._export(modem)
@@ -498,6 +535,9 @@ class FakeModemManager(BusStandIn):
             if value.signature != want:
                 raise DBusError(ERR + "Core.InvalidArgs",
                                 f"Invalid properties: Invalid type for property '{key}'")
+        if modem.state in ("disabled", "disabling"):  # Simple.Connect's ENABLE step
+            await self.enable(modem, True)
+            self.calls.pop()  # one call, as ModemManager counts it
         if modem.registration not in ("home", "roaming"):
             raise DBusError(ERR + "MobileEquipment.NoNetwork", "No network service")
         self.connects.append({k: v.value for k, v in properties.items()})

@@ -31,12 +31,13 @@ if TYPE_CHECKING:
     from edgeheal.config import Config
 
 BUILTIN = ("pod", "k3s_service", "modem_reconnect", "radio_cycle", "link_bounce",
-           "modemmanager_restart", "usb_reauthorize", "reboot", "rebind")
+           "modemmanager_restart", "usb_reauthorize", "reboot", "driver_rebind",
+           "sim_switch", "rebind")
 """Remedy modules, in ``mode = "auto"``'s probe order: a Flannel pod on this node is the
 surer sign (DaemonSet Flannel), a K3s unit exists on every K3s node. The uplink ladder's
-rungs (``ladder = "uplink"``) follow; ``auto`` never considers them, and their order on
-the ladder is ``[remediation.uplink] rungs``. Then the rungs the Flannel ladder tries once
-before a restart (``ladder = "pre-restart"``, in this order)."""
+rungs (``ladder = "uplink"``) follow, the two opt-in ones last; ``auto`` never considers
+them, and their order on the ladder is ``[remediation.uplink] rungs``. Then the rungs the
+Flannel ladder tries once before a restart (``ladder = "pre-restart"``, in this order)."""
 FLANNEL = "flannel"
 UPLINK = "uplink"
 PRE_RESTART = "pre-restart"

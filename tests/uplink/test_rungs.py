@@ -31,7 +31,8 @@ SECRET = "s3cret-apn-pass"
 def test_the_uplink_rungs_are_registered_on_their_own_ladder() -> None:
     uplink = [r.mode for r in remedies.registrations(remedies.UPLINK)]
     assert uplink == ["modem-reconnect", "radio-cycle", "link-bounce",
-                      "modemmanager-restart", "usb-reauthorize", "reboot"]
+                      "modemmanager-restart", "usb-reauthorize", "reboot", "driver-rebind",
+                      "sim-switch"]
     assert not set(uplink) & set(remedies.modes())  # Flannel's `auto` never sees them
     with pytest.raises(ConfigError, match=r"remediation\.mode"):
         validation.loads('[remediation]\nmode = "reboot"\n')

@@ -4,11 +4,12 @@ The calls are the ones ``mmcli`` makes: ``GetManagedObjects`` and each bearer's
 ``Properties.GetAll`` to read (what they hold and how a reply is checked:
 :mod:`edgeheal.boundaries.modemmanager.readings`), ``Simple.Disconnect`` then
 ``Simple.Connect`` with the bearer's own ``Properties`` to reconnect, ``Modem.Enable`` to
-turn the radio off and on.
+turn the radio off and on, ``Modem.SetPrimarySimSlot`` to switch the SIM.
 
 Privilege: reading needs nothing (ModemManager's bus policy lets anyone call
 ``Properties`` and ``ObjectManager``). ``Simple.Connect``/``Disconnect`` and
-``Modem.Enable`` (the ``radio-cycle`` rung: ``mmcli --disable`` then ``--enable``) are
+``Modem.Enable`` (the ``radio-cycle`` rung: ``mmcli --disable`` then ``--enable``) and
+``Modem.SetPrimarySimSlot`` (the ``sim-switch`` rung: ``mmcli --set-primary-sim-slot``) are
 allowed by the bus policy and then authorized by polkit action
 ``org.freedesktop.ModemManager1.Device.Control``
 (``systemd/49-edgeheal-uplink.rules`` grants it to user ``edgeheal``); a refusal is a
@@ -31,6 +32,7 @@ from edgeheal.boundaries.bus import NO_LIBRARY, Bus, BusError, open_bus, system_
 from edgeheal.boundaries.modemmanager.readings import (
     BEARER_IFACE,
     BEARER_PREFIX,
+    MAX_SIM_SLOTS,
     MODEM_IFACE,
     MODEM_PREFIX,
     OBJECT_MANAGER_IFACE,
@@ -130,6 +132,51 @@ class ModemManager:
             raise ModemError(f"{'enabling' if on else 'disabling'} {modem.path} took longer "
                              f"than {self.connect_timeout:g}s", reason="timeout") from None
         log.info("modem %s %s", modem.path, "enabled" if on else "disabled",
+                 extra={"modem": modem.path})
+
+    async def connect(self, modem: Modem, settings: dict[str, Any]) -> str:
+        """``Simple.Connect(settings)`` on ``modem`` (``settings``: a bearer's own
+        ``Properties``, dbus-fast Variants), as ``mmcli --simple-connect`` would; returns the
+        bearer's path. ModemManager enables and registers a disabled modem first
+        (``src/mm-iface-modem-simple.c``: the ENABLE and REGISTER steps). Bounded by
+        ``connect_timeout``."""
+        from dbus_fast import Variant
+
+        check_path(modem.path, MODEM_PREFIX, "modem path")
+        if not settings or not all(isinstance(k, str) and isinstance(v, Variant)
+                                   for k, v in settings.items()):
+            raise ModemError(f"no usable bearer settings to connect {modem.path} with",
+                             reason="malformed")
+        try:
+            async with compat.timeout(self.connect_timeout):
+                (path,) = await self._call(modem.path, SIMPLE_IFACE, "Connect", "a{sv}",
+                                           [dict(settings)], signature_out="o")
+        except compat.TimeoutErrors:
+            await self._drop()
+            raise ModemError(f"connecting {modem.path} took longer than "
+                             f"{self.connect_timeout:g}s", reason="timeout") from None
+        log.info("modem %s connected: bearer %s", modem.path, path,
+                 extra={"modem": modem.path})
+        return str(path)
+
+    async def set_primary_sim_slot(self, modem: Modem, slot: int) -> None:
+        """``Modem.SetPrimarySimSlot(slot)``: what ``mmcli -m X --set-primary-sim-slot=N``
+        does (ModemManager 1.16+). ModemManager answers once the modem took the slot, then
+        disables the modem and re-probes it: this modem object goes away and a new one (a
+        new path) appears, disabled, once the SIM is read (``src/mm-iface-modem.c``:
+        ``set_primary_sim_slot_ready``); a slot already primary is a success without a
+        re-probe. Bounded by ``connect_timeout``."""
+        check_path(modem.path, MODEM_PREFIX, "modem path")
+        if not 1 <= slot <= MAX_SIM_SLOTS:
+            raise ModemError(f"SIM slot {slot} is not 1..{MAX_SIM_SLOTS}", reason="malformed")
+        try:
+            async with compat.timeout(self.connect_timeout):
+                await self._call(modem.path, MODEM_IFACE, "SetPrimarySimSlot", "u", [slot])
+        except compat.TimeoutErrors:
+            await self._drop()
+            raise ModemError(f"setting SIM slot {slot} primary on {modem.path} took longer "
+                             f"than {self.connect_timeout:g}s", reason="timeout") from None
+        log.info("modem %s: SIM slot %d primary", modem.path, slot,
                  extra={"modem": modem.path})
 
     async def close(self) -> None:

@@ -47,6 +47,8 @@ MAX_MODEMS = 8
 MAX_BEARERS = 8
 """Per modem. ModemManager keeps a handful at most (one per connected context)."""
 MAX_PORTS = 32
+MAX_SIM_SLOTS = 8
+"""``Modem.SimSlots`` entries (modems have one to four; eSIM profiles are not slots)."""
 MAX_BEARER_PROPERTIES = 64
 MAX_NAME = 255
 """Object paths, port and interface names, property keys."""
@@ -134,6 +136,10 @@ class Modem:
     """``Modem.UnlockRequired``'s name (:data:`LOCKS`): what a ``locked`` modem waits for."""
     reject_cause: int = 0
     """``Modem3gpp.NetworkRejection["error"]`` (MMNetworkError; 0: none or not reported)."""
+    sim_slots: int = 0
+    """How many SIM slots ``Modem.SimSlots`` lists (ModemManager 1.16+; 0: none reported)."""
+    primary_sim_slot: int = 0
+    """``Modem.PrimarySimSlot``: the active slot, 1-based (0: multiple slots unsupported)."""
 
     @property
     def reject_name(self) -> str:
@@ -190,6 +196,14 @@ def read_modem(path: str, props: dict[str, Any],
             error = rejection.get("error")
             if error is not None and getattr(error, "signature", None) == "u":
                 reject = int(error.value)
+    slots = _optional(props, "SimSlots", "ao", path) or []
+    if len(slots) > MAX_SIM_SLOTS:
+        raise ModemError(f"{path}: SimSlots has {len(slots)} entries, more than "
+                         f"{MAX_SIM_SLOTS}", reason="malformed")
+    primary = _optional(props, "PrimarySimSlot", "u", path) or 0
+    if primary > len(slots):
+        raise ModemError(f"{path}: PrimarySimSlot {primary} is not one of its "
+                         f"{len(slots)} SimSlots", reason="malformed")
     failed = _optional(props, "StateFailedReason", "u", path)
     lock = _optional(props, "UnlockRequired", "u", path)
     modem = Modem(path=path, state=MODEM_STATES.get(state, "unknown"),
@@ -199,7 +213,7 @@ def read_modem(path: str, props: dict[str, Any],
                   else "none",
                   unlock_required=LOCKS.get(lock, "unknown") if lock is not None
                   else "none",
-                  reject_cause=reject)
+                  reject_cause=reject, sim_slots=len(slots), primary_sim_slot=int(primary))
     return modem, tuple(bearer_paths)
 
 

@@ -52,7 +52,8 @@ class RebindSettings:
 
 
 UPLINK_RUNGS = ("modem-reconnect", "radio-cycle", "link-bounce", "modemmanager-restart",
-                "usb-reauthorize", "reboot")
+                "usb-reauthorize", "reboot", "driver-rebind", "sim-switch")
+"""Every uplink rung; the first five are the default ``rungs``, the last two are opt-in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +68,15 @@ class UplinkLadderSettings:
     rungs: tuple[str, ...] = setting(
         UPLINK_RUNGS[:5], "The rungs, in escalation order (a subset of "
         "`modem-reconnect`, `radio-cycle`, `link-bounce`, `modemmanager-restart`, "
-        "`usb-reauthorize`, `reboot`). Each verdict takes only its own (`stuck`: "
-        "modem-reconnect, radio-cycle, link-bounce, usb-reauthorize, reboot; "
-        "`modem_absent`/`modem_failed`: modemmanager-restart, usb-reauthorize, reboot; "
-        "`registration_denied`: radio-cycle, at most once an hour). A rung that cannot act "
-        "here (no ModemManager, `usb_device` empty, `reboot` false) is skipped. One rung up "
-        "per attempt that did not cure.")
+        "`driver-rebind`, `usb-reauthorize`, `sim-switch`, `reboot`; the default leaves out "
+        "the opt-in `driver-rebind` and `sim-switch`). Each verdict takes only its own "
+        "(`stuck`: modem-reconnect, radio-cycle, link-bounce, driver-rebind, "
+        "usb-reauthorize, sim-switch, reboot; `modem_absent`/`modem_failed`: "
+        "modemmanager-restart, driver-rebind, usb-reauthorize, reboot; "
+        "`registration_denied`: radio-cycle, at most once an hour, then sim-switch). "
+        "`sim-switch` is never an episode's first rung (listed first, it goes second). A "
+        "rung that cannot act here (no ModemManager, `usb_device` empty, `sim_slots` empty, "
+        "`reboot` false) is skipped. One rung up per attempt that did not cure.")
     act_after: float = setting(
         300.0, "How long the uplink must have been `stuck` or `registration_denied` (and "
         "every direct-path target failed) before the first rung (`modem_absent` already "
@@ -103,6 +107,11 @@ class UplinkLadderSettings:
         "", "The `usb-reauthorize` rung: `modem` (the USB device ModemManager reports for "
         "the modem) or a USB device name under /sys/bus/usb/devices (`1-1`). Empty: the "
         "rung is off (the agent writes to sysfs only where configured).")
+    sim_slots: tuple[int, ...] = setting(
+        (), "The `sim-switch` rung: the SIM slots (ModemManager's 1-based `SimSlots` "
+        "index) in the order to use them, e.g. `[1, 2]`; the rung makes the slot after the "
+        "modem's current `PrimarySimSlot` in this list primary (wrapping). Empty: the rung "
+        "is off. At least two distinct slots.")
     reboot: bool = setting(
         False, "Allow the `reboot` rung (logind's Reboot over D-Bus): at most once a day, "
         "never within `startup_grace` of boot, after its alert is in the outbox.")
