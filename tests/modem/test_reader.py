@@ -119,6 +119,7 @@ async def test_a_modemmanager_without_the_newer_properties_reads_them_as_none(
         (modem,) = await mm.modems()
     assert (modem.registration, modem.reject_cause, modem.reject_name) == ("denied", 0, "")
     assert (modem.failed_reason, modem.unlock_required) == ("none", "none")
+    assert (modem.sim_slots, modem.primary_sim_slot) == (0, 0)  # MM < 1.16: no SimSlots
 
 
 async def test_reconnect_disconnects_then_connects_with_the_bearers_own_properties(
@@ -238,6 +239,11 @@ def modem_object(**override: Any) -> dict[str, Any]:
         Ports=V("a(su)", [["p", 1]] * 100))}, "Ports"),
     ({"/org/freedesktop/ModemManager1/Modem/0": modem_object(
         Bearers=V("ao", ["/elsewhere/1"]))}, "Bearers"),
+    ({"/org/freedesktop/ModemManager1/Modem/0": modem_object(
+        SimSlots=V("ao", ["/org/freedesktop/ModemManager1/SIM/1"] * 9))}, "SimSlots"),
+    ({"/org/freedesktop/ModemManager1/Modem/0": modem_object(
+        SimSlots=V("ao", ["/org/freedesktop/ModemManager1/SIM/1"]),
+        PrimarySimSlot=V("u", 2))}, "PrimarySimSlot"),
     ({"/elsewhere/Modem/0": modem_object()}, "modem path"),
     ({f"/org/freedesktop/ModemManager1/Modem/{i}": modem_object()
       for i in range(MAX_MODEMS + 1)}, "modems"),

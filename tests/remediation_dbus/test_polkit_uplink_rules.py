@@ -170,3 +170,19 @@ def test_the_restart_action_and_unit_are_the_rungs_own() -> None:
     assert UplinkLadderSettings().modemmanager_unit == MM_UNIT
     assert POLKIT_RULE.endswith("/" + UPLINK.name)
     assert f'"{MM_UNIT}"' in UPLINK.read_text(encoding="utf-8")
+
+
+def test_the_sim_switch_needs_no_new_grant_and_gets_none() -> None:
+    """ModemManager authorizes ``SetPrimarySimSlot`` with ``Device.Control``
+    (``src/mm-iface-modem.c``: ``handle_set_primary_sim_slot`` asks for
+    ``MM_AUTHORIZATION_DEVICE_CONTROL``): the action the rule already grants, and still the
+    only ModemManager action user edgeheal gets."""
+    from edgeheal.remedies import sim_switch
+
+    assert DEVICE_CONTROL_ACTION in (sim_switch.__doc__ or "")
+    table([UPLINK, K3S], [
+        (DEVICE_CONTROL_ACTION, {}, "edgeheal", "yes"),
+        *[(action, {}, "edgeheal", "no") for action in MM_OTHER],
+    ])
+    rule = UPLINK.read_text(encoding="utf-8")
+    assert rule.count("org.freedesktop.ModemManager1.") == rule.count(DEVICE_CONTROL_ACTION)

@@ -67,3 +67,39 @@ def test_the_udev_rule_names_the_same_device_and_only_its_authorized_attribute()
     assert 'ENV{DEVTYPE}=="usb_device"' in rule
     assert "chmod 0664" in rule
     assert "chgrp edgeheal" in rule
+
+
+# --- the driver-rebind rung: the same model, two attributes of one driver ----------------
+
+REBIND_DROP_IN = SYSTEMD / "driver-rebind.conf"
+REBIND_UDEV = SYSTEMD / "71-edgeheal-driver-rebind.rules"
+
+
+def test_the_rebind_drop_in_opens_exactly_one_drivers_bind_and_unbind() -> None:
+    lines = [ln for ln in REBIND_DROP_IN.read_text().splitlines()
+             if ln and not ln.startswith("#")]
+    assert lines == ["[Service]", "ReadWritePaths=/sys/bus/usb/drivers/qmi_wwan/bind "
+                     "/sys/bus/usb/drivers/qmi_wwan/unbind"]
+
+
+def test_the_rebind_drop_in_keeps_the_units_exposure_and_verifies(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    base = exposure(tmp_path, staged(tmp_path / "a", drop_in=False))
+    unit = staged(tmp_path / "b", drop_in=False)
+    (tmp_path / "b" / "edgeheal.service.d").mkdir()
+    shutil.copy(REBIND_DROP_IN, tmp_path / "b" / "edgeheal.service.d" / REBIND_DROP_IN.name)
+    assert exposure(tmp_path, unit) == base
+    proc = subprocess.run(["systemd-analyze", "verify", str(unit)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_the_rebind_udev_rule_names_the_same_driver_and_only_its_two_attributes() -> None:
+    rule = " ".join(ln.rstrip("\\") for ln in REBIND_UDEV.read_text().splitlines()
+                    if ln and not ln.startswith("#"))
+    assert 'SUBSYSTEM=="drivers"' in rule
+    assert 'DEVPATH=="/bus/usb/drivers/qmi_wwan"' in rule
+    assert re.findall(r"/sys%p/(\w+)", rule) == ["bind", "unbind", "bind", "unbind"]
+    assert "chmod 0220" in rule
+    assert "chgrp edgeheal" in rule
