@@ -52,7 +52,7 @@ FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_rec
                "dead-neighbour": "neighbour_off", "flapping-uplink": "flapping_start",
                "stuck-modem": "modem_stuck", "no-coverage": "coverage_lost",
                "pmtu-blackhole": "mtu_dropped", "modem-vanishes": "modem_vanished",
-               "registration-denied": "registration_denied",
+               "registration-denied": "registration_denied", "dead-sim": "sim_refused",
                "nm-stuck-modem": "nm_modem_stuck", "uplink-failover": "switch_0",
                "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered"}
 """The mark where each scenario's fault begins; absent: the fault is there from boot."""

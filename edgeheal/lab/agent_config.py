@@ -20,12 +20,13 @@ from edgeheal.lab.world import AGENT_PORT, BROKER_CLUSTER_IP, Edge
 
 
 def render(edge: Edge, *, mqtt_port: int, shipped: bool, uplink: bool,
-           remediation: str = "pod", extra: str = "") -> str:
+           remediation: str = "pod", extra: str = "", ladder: str = "") -> str:
     """The config file of ``edge``'s agent. ``uplink``: add the uplink sections (the world
-    has a modem behind this edge); ``extra``: TOML appended before them."""
+    has a modem behind this edge); ``extra``: TOML appended before them; ``ladder``: keys
+    added to their ``[remediation.uplink]``."""
     head = _shipped(edge, mqtt_port, remediation) if shipped else \
         _tuned(edge, mqtt_port, remediation)
-    return head + extra + (_uplink(edge, shipped=shipped) if uplink else "")
+    return head + extra + (_uplink(edge, shipped=shipped) + ladder if uplink else "")
 
 
 def _tuned(edge: Edge, mqtt_port: int, remediation: str) -> str:

@@ -262,6 +262,8 @@ class Scenario:
     """2: every edge has a second uplink (the failover scenario)."""
     carrier_nat: bool = False
     """The carriers' NAT keeps stale mappings (:mod:`edgeheal.lab.carriernat`)."""
+    uplink_ladder: str = ""
+    """TOML keys added to the agents' ``[remediation.uplink]`` (a ``modem`` world's)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
@@ -275,7 +277,8 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
                   modem=scenario.modem, collector_payload=scenario.collector_payload,
                   agent_extra=scenario.agent_extra + (
                       "" if field else scenario.agent_extra_tuned),
-                  uplinks=scenario.uplinks, carrier_nat=scenario.carrier_nat)
+                  uplinks=scenario.uplinks, carrier_nat=scenario.carrier_nat,
+                  uplink_ladder=scenario.uplink_ladder)
     budget = scenario.budget * FIELD_BUDGET if field else scenario.budget
     lab: Lab | None = None
     began = time.monotonic()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from edgeheal.lab import modems as uplinklab
 from edgeheal.lab import path_faults as path
+from edgeheal.lab.dead_sim import LADDER as DEAD_SIM_LADDER
+from edgeheal.lab.dead_sim import dead_sim
 from edgeheal.lab.observe import (
     TUNNEL_UP_BUDGET,
     alerts_of,
@@ -380,6 +382,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("registration-denied", "the network refuses the SIM (no data in the plan); "
              "one radio off/on, then only alerts, never a heavier rung", uplinklab.
              registration_denied, budget=330, modem=True),
+    Scenario("dead-sim", "the network refuses slot 1's SIM and slot 2's works; one radio "
+             "off/on, then the opt-in sim-switch rung makes slot 2 primary and it heals",
+             dead_sim, budget=330, modem=True, uplink_ladder=DEAD_SIM_LADDER),
     Scenario("stale-nat", "the carrier moves the edge's public address and its NAT keeps "
              "the tunnel's flow on the old one; the agent's rebind rung moves WireGuard to a "
              "fresh port and it heals, no Flannel restart", path.stale_nat, budget=300,

@@ -158,7 +158,7 @@ class World(Faults):
                  offload_on_at_boot: bool = True, field: bool = False,
                  modem: bool = False, collector_payload: int = 0,
                  agent_extra: str = "", uplinks: int = 1,
-                 carrier_nat: bool = False) -> None:
+                 carrier_nat: bool = False, uplink_ladder: str = "") -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
         self.field = field
@@ -176,6 +176,8 @@ class World(Faults):
         self.agent_extra = agent_extra
         """TOML added to every agent's config (``{wg}`` names the edge's tunnel device,
         ``{uplink}`` and ``{uplink2}`` its uplinks)."""
+        self.uplink_ladder = uplink_ladder
+        """TOML keys added to ``[remediation.uplink]`` (the ``dead-sim`` scenario's)."""
         self.uplinks = uplinks
         """2: each edge has a second uplink whose default route has a higher metric
         (Ethernet at 100, LTE at 700, as NetworkManager orders them)."""
@@ -410,6 +412,7 @@ class World(Faults):
 
         return agent_config.render(edge, mqtt_port=self.mqtt_port, shipped=self.field,
                                    uplink=bool(edge.modem_bus), remediation=remediation,
+                                   ladder=self.uplink_ladder,
                                    extra=self.agent_extra.replace("{wg}", edge.wg_ifname)
                                    .replace("{uplink2}", edge.uplink2)
                                    .replace("{uplink}", edge.uplink) + extra)
