@@ -17,9 +17,11 @@ How (the kernel's ``Documentation/ABI/testing/sysfs-bus-usb`` and the driver cor
 be ``/sys/bus/usb/devices/<interface>`` (the same node, resolved), its ``driver`` link must
 resolve to ``/sys/bus/usb/drivers/<driver>``; the rung writes the interface's name to
 ``<driver>/unbind``, waits :data:`SETTLE`, then writes it to ``<driver>/bind``. Nothing
-outside ``/sys/bus/usb`` is ever written or followed into: every link is resolved and
-compared with the path built from validated names (:data:`INTERFACE`, :data:`DRIVER`), and
-a name, a link or an attribute that does not fit is refused with what was wrong. The hub
+outside ``/sys/bus/usb`` is ever written, and the one link followed out of it is the net
+device's own ``device`` link, only to read the interface's name and compare nodes: every
+link is resolved and compared with the path built from validated names
+(:data:`INTERFACE`, :data:`DRIVER`) under ``/sys/bus/usb`` (itself no symlink), and a name,
+a link or an attribute that does not fit is refused with what was wrong. The hub
 driver and the device-level ``usb`` driver are refused (rebinding either would cut every
 device behind it, or re-probe every interface at once: that is ``usb-reauthorize``'s job).
 
@@ -99,7 +101,9 @@ def resolve(sysfs: Path, netdev: str) -> Target:
         raise RemedyError(f"USB interface {name} has no driver bound (nothing to rebind)")
     driver_real = Path(os.path.realpath(driver_link))
     driver = driver_real.name
-    drivers = Path(os.path.realpath(usb / "drivers"))
+    drivers = Path(os.path.realpath(sysfs)) / "bus" / "usb" / "drivers"
+    if Path(os.path.realpath(usb / "drivers")) != drivers:
+        raise RemedyError(f"{usb / 'drivers'} is a link elsewhere; refused")
     if not DRIVER.fullmatch(driver) or driver_real.parent != drivers:
         raise RemedyError(f"USB interface {name}'s driver link leads outside "
                           f"{usb / 'drivers'} ({driver_real}); refused")

@@ -130,6 +130,14 @@ def _traversing_name(tree: Tree) -> None:
     (tree.device / "driver").symlink_to(tree.usb / "drivers" / ".." / ".." / "usb")
 
 
+def _drivers_dir_a_link(tree: Tree) -> None:
+    elsewhere = tree.root / "elsewhere-drivers"
+    (tree.usb / "drivers").rename(elsewhere)
+    (tree.usb / "drivers").symlink_to(elsewhere)
+    (tree.device / "driver").unlink()
+    (tree.device / "driver").symlink_to(elsewhere / "qmi_wwan")
+
+
 @pytest.mark.parametrize(("spoil", "why"), [
     (_escape_outside_drivers, "leads outside"),
     (_not_usb, "is not a USB interface"),
@@ -138,8 +146,10 @@ def _traversing_name(tree: Tree) -> None:
     (_hub, "never rebound"),
     (_no_driver, "no driver bound"),
     (_traversing_name, "leads outside"),
+    (_drivers_dir_a_link, "is a link elsewhere"),
 ], ids=["driver outside /sys/bus/usb/drivers", "a PCI net device", "bus link elsewhere",
-        "unbind a symlink", "the hub driver", "no driver", "a driver link up and out"])
+        "unbind a symlink", "the hub driver", "no driver", "a driver link up and out",
+        "the drivers directory a link"])
 async def test_driver_rebind_refuses_every_path_out_of_sys_bus_usb(
         tmp_path: Path, spoil: object, why: str) -> None:
     tree = Tree(tmp_path)
