@@ -50,6 +50,7 @@ async def dead_sim(lab: Lab) -> list[Expectation]:
     judged = await lab.until(lambda: _uplink(lab, edge) == ("failed", "registration_denied"),
                              lab.scaled(window + 30, window + 60),
                              "the uplink judged registration_denied")
+    t_judged = lab.now() - fault
     bound = window + act_after
     slack = lab.scaled(40, 90)
     # radio-cycle, its verify_timeout, the cooldown, then the switch (lab: 30 s + 20 s)
@@ -72,7 +73,8 @@ async def dead_sim(lab: Lab) -> list[Expectation]:
     now = fake.modems[0] if fake.modems else None
     return [*out,
             Expectation("the uplink was judged registration_denied", judged,
-                        f"uplink {_uplink(lab, edge)}"),
+                        f"{t_judged:.1f}s after the fault" if judged
+                        else f"uplink {_uplink(lab, edge)}"),
             Expectation("one radio off/on first, then the SIM switch, then the connect, and "
                         "nothing else (no ModemManager restart, no bounce)",
                         calls == ["Disable", "Enable", "SetPrimarySimSlot", "Connect"]
