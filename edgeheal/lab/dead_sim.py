@@ -57,11 +57,11 @@ async def dead_sim(lab: Lab) -> list[Expectation]:
     switch_by = bound + slack + lab.scaled(30 + 20 + 40, 90 + 120 + 240)
     if not lab.world.with_agent:
         await lab.hold(max(0.0, fault + switch_by - lab.now()))
+        was = f"registration {modem.registration}, carrier silent: {silenced(edge)}"
         stood = (modem.registration, silenced(edge)) == ("denied", True)
         await _switch_by_hand(lab, modem)
         return [*out, Expectation("without the agent the refusal stands until an operator "
-                                  "switches the SIM", stood,
-                                  f"registration {modem.registration}")]
+                                  "switches the SIM", stood, was)]
     switched = await lab.until(lambda: ("SetPrimarySimSlot", modem.path) in fake.calls,
                                switch_by + 30, "the SIM switched")
     t_switched = lab.mark("sim_switched") - fault
