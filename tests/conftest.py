@@ -13,6 +13,7 @@ tier leaves out)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import subprocess
@@ -171,6 +172,18 @@ def sandbox() -> Iterator[Sandbox]:
         yield box
     finally:
         box.close()
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """A test that runs the CLI in this process installs the agent's stderr handler on the
+    stream pytest captured for that test; later tests would log to a closed file ("---
+    Logging error ---"). Put the root logger's handlers and level back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
