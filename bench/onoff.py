@@ -54,7 +54,8 @@ FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_rec
                "pmtu-blackhole": "mtu_dropped", "modem-vanishes": "modem_vanished",
                "registration-denied": "registration_denied",
                "nm-stuck-modem": "nm_modem_stuck", "uplink-failover": "switch_0",
-               "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered"}
+               "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered",
+               "port-drift": "nat_forgot", "port-drift-restart": "nat_forgot"}
 """The mark where each scenario's fault begins; absent: the fault is there from boot."""
 NO_AGENT_WAIT = 15.0
 
