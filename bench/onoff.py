@@ -60,7 +60,8 @@ FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_rec
                "registration-denied": "registration_denied",
                "nm-stuck-modem": "nm_modem_stuck", "uplink-failover": "switch_0",
                "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered",
-               "port-drift": "nat_forgot", "port-drift-restart": "nat_forgot"}
+               "port-drift": "nat_forgot", "port-drift-restart": "nat_forgot",
+               "modem-drops-ip": "address_lost"}
 """The mark where each scenario's fault begins; absent: the fault is there from boot."""
 NO_AGENT_WAIT = 15.0
 
@@ -99,6 +100,9 @@ def wrap(scenario: Scenario, window: float) -> Scenario:
         lost = [t for t in stats.get("lost_at", []) if start_wall <= t <= end_wall]
         await lab.probe.stop()
         started = lab.marks.get("agent_started")
+        doc = lab.world.status(edge) or {}
+        actions = [f"{a.get('mode')}:{a.get('result')}" for a in doc.get("actions") or []
+                   if isinstance(a, dict)]
         RESULT.update({
             "agent_started": started,
             "outage_after_agent_start": None if started is None or started <= start
@@ -107,7 +111,8 @@ def wrap(scenario: Scenario, window: float) -> Scenario:
             "outage_seconds": lab.probe.outage_seconds(start_wall, end_wall),
             "probes": sum(1 for w, _, _ in lab.probe.results if start_wall <= w <= end_wall),
             "lost": len(lost), "sent": stats.get("sent"),
-            "restarts": len(lab.world.kube.deletions) if lab.world.kube else 0})
+            "restarts": len(lab.world.kube.deletions) if lab.world.kube else 0,
+            "actions": actions})
         return expectations
     budget = scenario.budget + window + 120
     return dataclasses.replace(scenario, run=run, budget=budget)
