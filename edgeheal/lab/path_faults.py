@@ -409,8 +409,13 @@ async def port_drift(lab: Lab) -> list[Expectation]:
         return bool(done)
 
     def restarted_and_ok() -> bool:
+        """A restart, the configured endpoint again, and both tunnel checks ok: at K = 25 s
+        the tunnel-path probe fails long before ``wireguard`` would, which may still say
+        ok from before."""
         rebind_done()  # noted on the way: where the edge sent when the rebind was judged
-        return bool(lab.world.kube.deletions) and tunnel_ok(lab, edge)
+        return bool(lab.world.kube.deletions) and tunnel_ok(lab, edge) \
+            and lab.state(edge, "broker-tunnel") == "ok" \
+            and lab.world.edge_endpoint(edge) == configured
 
     healed = await lab.until(restarted_and_ok, lab.scaled(150, 300),
                              "a Flannel restart to heal the tunnel")
