@@ -282,8 +282,12 @@ async def stale_nat(lab: Lab) -> list[Expectation]:
 
     detected = await lab.until(failing, within, "the agent to see the tunnel fail")
     t_detect = lab.now() - fault
+    # healed: the device on a new port and the cloud roamed to its new mapping (the first
+    # packet from the new port can come a second after the rebind, and ``wireguard`` may
+    # still say ok from before the fault when the tunnel-path probe saw it first)
     healed = await lab.until(lambda: tunnel_ok(lab, edge) and lab.world.listen_port(edge) not in (
-        0, 51820), lab.scaled(90, 240), "the tunnel to heal on a new port")
+        0, 51820) and lab.world.cloud_endpoint(edge).startswith(f"{new}:"),
+        lab.scaled(90, 240), "the tunnel to heal on a new port")
     t_healed = lab.mark("recovered") - fault
     port = lab.world.listen_port(edge)
     endpoint = lab.world.cloud_endpoint(edge)
