@@ -1,6 +1,7 @@
 """One lab scenario with the agent or without it, measured from outside the same way.
 
-    python bench/onoff.py SCENARIO --window SECONDS [--no-agent] [--field] --out FILE.json
+    python bench/onoff.py SCENARIO --window SECONDS [--no-agent] [--field] [--rebind] \
+        --out FILE.json
 
 (root). Runs the scenario as ``edgeheal lab --scenario X --quick [--field]`` does, plus
 a TCP probe through edge-0's tunnel every 0.5 s and the collector's counters, over a fixed
@@ -18,6 +19,9 @@ the window has passed.
 uplink scenarios the example config's uplink sections enabled with every default value
 (``[uplink] window`` 60 s, ``[remediation.uplink] act_after`` 5 min, ...), only the
 interface and the lab's D-Bus address named.
+
+``--rebind`` adds ``[remediation.rebind] enabled = true`` to the agent's config (a scenario
+that sets it already is unchanged): whether the opt-in rung makes a scenario worse.
 
 How it hooks in without touching the lab: :func:`edgeheal.lab.runner.run_scenario` builds
 its ``Lab`` through the module's global name, which this process (and only this process)
@@ -44,6 +48,7 @@ import labkit
 from labkit import TunnelProbe
 
 from edgeheal.lab import runner
+from edgeheal.lab.path_faults import REBIND_ON
 from edgeheal.lab.runner import Expectation, Lab, Scenario
 from edgeheal.lab.scenarios import SCENARIOS
 
@@ -54,7 +59,9 @@ FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_rec
                "pmtu-blackhole": "mtu_dropped", "modem-vanishes": "modem_vanished",
                "registration-denied": "registration_denied",
                "nm-stuck-modem": "nm_modem_stuck", "uplink-failover": "switch_0",
-               "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered"}
+               "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered",
+               "port-drift": "nat_forgot", "port-drift-restart": "nat_forgot",
+               "modem-drops-ip": "address_lost"}
 """The mark where each scenario's fault begins; absent: the fault is there from boot."""
 NO_AGENT_WAIT = 15.0
 
@@ -93,6 +100,9 @@ def wrap(scenario: Scenario, window: float) -> Scenario:
         lost = [t for t in stats.get("lost_at", []) if start_wall <= t <= end_wall]
         await lab.probe.stop()
         started = lab.marks.get("agent_started")
+        doc = lab.world.status(edge) or {}
+        actions = [f"{a.get('mode')}:{a.get('result')}" for a in doc.get("actions") or []
+                   if isinstance(a, dict)]
         RESULT.update({
             "agent_started": started,
             "outage_after_agent_start": None if started is None or started <= start
@@ -101,7 +111,8 @@ def wrap(scenario: Scenario, window: float) -> Scenario:
             "outage_seconds": lab.probe.outage_seconds(start_wall, end_wall),
             "probes": sum(1 for w, _, _ in lab.probe.results if start_wall <= w <= end_wall),
             "lost": len(lost), "sent": stats.get("sent"),
-            "restarts": len(lab.world.kube.deletions) if lab.world.kube else 0})
+            "restarts": len(lab.world.kube.deletions) if lab.world.kube else 0,
+            "actions": actions})
         return expectations
     budget = scenario.budget + window + 120
     return dataclasses.replace(scenario, run=run, budget=budget)
@@ -118,16 +129,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-agent", action="store_true")
     parser.add_argument("--field", action="store_true",
                         help="the shipped defaults (K = 25 s) instead of the lab's tuning")
+    parser.add_argument("--rebind", action="store_true",
+                        help="the agent with [remediation.rebind] enabled = true")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     runner.Lab = ProbedLab  # type: ignore[misc]
     workdir = Path(tempfile.mkdtemp(prefix="edgeheal-bench-onoff-"))
     scenario = wrap(SCENARIOS[args.scenario], args.window)
+    if args.rebind and "[remediation.rebind]" not in scenario.agent_extra:
+        scenario = dataclasses.replace(scenario,
+                                       agent_extra=scenario.agent_extra + REBIND_ON)
     report = asyncio.run(runner.run_scenario(scenario, workdir, agent=not args.no_agent,
                                              live=False, quick=True,
                                              field=args.field))
     doc = {"scenario": args.scenario, "agent": not args.no_agent, "field": args.field,
+           "rebind": "[remediation.rebind]" in scenario.agent_extra,
            **RESULT,
            "passed": report["passed"], "error": report["error"],
            "expectations": report["expectations"], "marks": report["marks"],

@@ -387,6 +387,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("stale-nat-restart", "the same stale mapping with Flannel restarts only (no "
              "rebind): the device comes back on port 51820, the same dead mapping",
              path.stale_nat_restart, budget=300, carrier_nat=True),
+    Scenario("port-drift", "flannel#1770: the carrier's NAT drifts the tunnel's flow to "
+             "random ports; one side heals itself by roaming, both sides forgotten need a "
+             "Flannel restart (the configured endpoint again), which rebind cannot replace",
+             path.port_drift, budget=360, agent_extra=path.REBIND_ON),
+    Scenario("port-drift-restart", "the same port drift with Flannel restarts only (no "
+             "rebind): the restart heals it at once", path.port_drift, budget=360),
 )}
 
 DEFAULT = "boot-with-offload"
