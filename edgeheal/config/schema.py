@@ -607,8 +607,8 @@ class RemediationSettings:
         "(uniform, drawn once per episode) after every other safeguard has let it through: "
         "a hub fault fails every edge's tunnel in the same second, and this spreads their "
         "restarts instead of sending them to the K3s server at once. Later restarts of the "
-        "same episode keep `cooldown` only. 0 turns it off.", duration=True,
-        bounds=(0.0, 3600.0))
+        "same episode keep `cooldown` only. The control ladder's first K3s-agent restart "
+        "waits the same way. 0 turns it off.", duration=True, bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
     rebind: RebindSettings = field(default_factory=RebindSettings)
@@ -623,9 +623,9 @@ class FleetSettings:
     hold: bool = setting(
         False, "Subscribe to `<topic_prefix>/fleet/hold` on the alert connection (one "
         "subscription, retained; needs `[alerts] target`) and obey a valid hold: while it "
-        "holds, the Flannel ladder skips with `fleet_hold` (the uplink ladder is "
-        "unaffected). Set and released by `edgeheal fleet hold` / `release`. Costs nothing "
-        "between holds; ~200 bytes per hold set or released. Off by default.")
+        "holds, the Flannel and the control ladders skip with `fleet_hold` (the uplink "
+        "ladder is unaffected). Set and released by `edgeheal fleet hold` / `release`. "
+        "Costs nothing between holds; ~200 bytes per hold set or released. Off by default.")
     max_hold: float = setting(
         43200.0, "A hold whose `until` is further ahead than this is refused (and alerted): "
         "a hold that outlives its incident is a fleet that no longer heals itself.",
