@@ -79,16 +79,33 @@ SILENCE = 6
 
 async def serve_server(host: str, port: int) -> None:
     """The stand-in K3s server: answers every line it is sent (a renewal) with ``ok``."""
+    handlers: set[asyncio.Task[Any]] = set()
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while line := await reader.readline():
-                writer.write(b"ok " + line)
-                await writer.drain()
-        writer.close()
+        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        try:
+            with contextlib.suppress(OSError, asyncio.IncompleteReadError):
+                while line := await reader.readline():
+                    writer.write(b"ok " + line)
+                    await writer.drain()
+        finally:
+            handlers.discard(asyncio.current_task())  # type: ignore[arg-type]
+            writer.close()
 
     server = await asyncio.start_server(handle, host, port, reuse_address=True)
-    async with server:
-        await server.serve_forever()
+    try:
+        async with server:
+            await server.serve_forever()
+    finally:
+        await _cancel(handlers)
+
+
+async def _cancel(tasks: set[asyncio.Task[Any]]) -> None:
+    """Cancel and await ``tasks`` (a stopped stand-in leaves nothing running)."""
+    pending = [t for t in tasks if t is not asyncio.current_task()]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 class Agent:
@@ -100,6 +117,7 @@ class Agent:
         self.renew = renew
         self.stuck = False
         self.upstreams: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
 
     def write_state(self) -> None:
         """``updateConfig``: the balancer's server list, where K3s keeps it."""
@@ -117,18 +135,28 @@ class Agent:
 
     async def _client(self, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None  # noqa: S101 - a handler runs in a task
+        self._handlers.add(me)
+        try:
+            await self._forward(reader, writer)
+        finally:
+            self._handlers.discard(me)
+            writer.transport.abort()
+            writer.close()
+
+    async def _forward(self, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> None:
         if self.stuck:  # accepts, never forwards (k3s-io/k3s#11349)
             with contextlib.suppress(OSError):
                 while await reader.read(4096):
                     pass
-            writer.close()
             return
         try:
             up_r, up_w = await asyncio.wait_for(asyncio.open_connection(*self.server),
                                                 DIAL_TIMEOUT)
         except (OSError, *compat.TimeoutErrors):
-            writer.close()  # onDialError: the client is closed
-            return
+            return  # onDialError: the client is closed
         self.upstreams.add(up_w)
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
@@ -137,14 +165,15 @@ class Agent:
                     dst.write(data)
                     await dst.drain()
 
+        pipes = {asyncio.ensure_future(pipe(reader, up_w)),
+                 asyncio.ensure_future(pipe(up_r, writer))}
         try:
-            await asyncio.wait([asyncio.ensure_future(pipe(reader, up_w)),
-                                asyncio.ensure_future(pipe(up_r, writer))],
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.upstreams.discard(up_w)
             up_w.transport.abort()
-            writer.transport.abort()
+            up_w.close()
+            await _cancel(pipes)
 
     def _renewed(self) -> None:
         tmp = self.status.with_suffix(".tmp")
@@ -179,7 +208,9 @@ class Agent:
                     await asyncio.sleep(self.renew)
             except OSError:
                 closed = True
-            writer.transport.abort()
+            finally:
+                writer.transport.abort()
+                writer.close()
             if closed:  # the balancer closed it (a dial error): not at once again
                 await asyncio.sleep(self.renew)
 
@@ -187,8 +218,11 @@ class Agent:
         self.write_state()
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self.stick)
         server = await asyncio.start_server(self._client, *self.balancer, reuse_address=True)
-        async with server:
-            await asyncio.gather(server.serve_forever(), self.kubelet())
+        try:
+            async with server:
+                await asyncio.gather(server.serve_forever(), self.kubelet())
+        finally:
+            await _cancel(self._handlers)
 
 
 def _hostport(text: str) -> tuple[str, int]:
