@@ -82,14 +82,16 @@ async def serve_server(host: str, port: int) -> None:
     handlers: set[asyncio.Task[Any]] = set()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        handlers.add(asyncio.current_task())  # type: ignore[arg-type]
+        me = asyncio.current_task()
+        assert me is not None  # noqa: S101 - a handler runs in a task
+        handlers.add(me)
         try:
             with contextlib.suppress(OSError, asyncio.IncompleteReadError):
                 while line := await reader.readline():
                     writer.write(b"ok " + line)
                     await writer.drain()
         finally:
-            handlers.discard(asyncio.current_task())  # type: ignore[arg-type]
+            handlers.discard(me)
             writer.close()
 
     server = await asyncio.start_server(handle, host, port, reuse_address=True)
