@@ -22,9 +22,9 @@ source named:
   which answers it; a renewal that came back is written to a status file, and the lab's
   watcher (:meth:`K3sAgent._watch`) lets the test API's kubelet renew the Lease only while
   they come back (:mod:`edgeheal.lab.kubeapi.heartbeats`: the lifecycle controller then
-  turns a silent node's Ready to ``Unknown``). An unanswered renewal is given up after
-  three intervals and the kubelet reconnects (client-go's request timeout), so after an
-  ordinary outage the agent finds its server again by itself.
+  turns a silent node's Ready to ``Unknown``). After :data:`SILENCE` renewal intervals
+  without an answer the kubelet drops its connection and reconnects (an HTTP/2 client's
+  ping timeout), so after an ordinary outage the agent finds its server by itself.
 - **the node's address** (k3s-io/k3s ``pkg/util/net.go``, ``GetHostnameAndIPs``): without
   ``--node-ip`` the agent takes the primary interface's address once, at start, and
   registers it as the Node's InternalIP (and Flannel's ``public-ip``); an address changed
