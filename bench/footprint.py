@@ -121,7 +121,8 @@ def main() -> None:
             "aiohttp+prometheus_client+pyroute2+paho": round(import_floor(
                 ["aiohttp", "prometheus_client", "pyroute2", "paho.mqtt.client"]), 1),
             "edgeheal.agent.supervisor (spine only)": round(import_floor(
-                ["edgeheal.agent.supervisor", "edgeheal.agent.endpoints"]), 1),
+                ["edgeheal.agent.supervisor", "edgeheal.agent.endpoints",
+                 "edgeheal.agent.http_server"]), 1),
         }}, indent=2))
 
 

@@ -39,6 +39,7 @@ import labkit
 
 from edgeheal import config
 from edgeheal.agent import endpoints as http
+from edgeheal.agent import http_server
 from edgeheal.agent.alerts.outbox import Outbox
 from edgeheal.agent.remediation.history import Store, Timeline
 from edgeheal.agent.supervisor import Agent
@@ -116,7 +117,7 @@ async def measure(workdir: Path, probes: int, peers: int) -> dict[str, Any]:
                 await agent.changed(agent.snapshot.version, 0.05)
         agent.registry.register(collector)
         assert agent.http_runner is not None
-        port = http.bound_ports(agent.http_runner)[0]
+        port = http_server.bound_ports(agent.http_runner)[0]
         url = f"http://127.0.0.1:{port}/readyz"
         async with aiohttp.ClientSession() as session:
             gc.collect()

@@ -159,7 +159,8 @@ async def run_all(quick: bool, tmp: Path) -> dict[str, Any]:
         "runtime deps (aiohttp, prometheus_client, pyroute2, paho)": footprint.import_floor(
             ["aiohttp", "prometheus_client", "pyroute2", "paho.mqtt.client"]),
         "edgeheal.agent.supervisor + edgeheal.agent.endpoints": footprint.import_floor(
-            ["edgeheal.agent.supervisor", "edgeheal.agent.endpoints"]),
+            ["edgeheal.agent.supervisor", "edgeheal.agent.endpoints",
+             "edgeheal.agent.http_server"]),
     }
     reads = 50 if quick else 300
     res["read_cost"] = await wgbench.read_cost(reads)

@@ -1,24 +1,13 @@
 """The supervisor: runs the checks, keeps the one snapshot, and stops in order.
 
-Every check runs as its own named task (``edgeheal.check.<name>``) on its own interval,
-under its own timeout; a check that raises or times out becomes ``unknown`` with the error
-recorded (reasons ``check_error`` / ``check_timeout``) and never takes the agent down.
-Long-running parts (a check's ``serve()``, the alert engine, the remediator, the HTTP
-server) run as named, guarded tasks that are restarted with capped backoff if they crash.
+Every check runs as its own named task (``edgeheal.check.<name>``: its loop, on its
+cadence and under its timeout, is :mod:`edgeheal.agent.check_loop`). Long-running parts (a
+check's ``serve()``, the alert engine, the remediator, the HTTP server) run as named,
+guarded tasks that are restarted with capped backoff if they crash.
 
 The agent builds what several parts share, once, before the checks: the connection to
 ``[alerts] target`` (:func:`edgeheal.boundaries.mqtt.link.for_alerts`) goes to that target's check
 through ``Context.alert_link`` and to the alert engine's constructor, which runs it.
-
-Scheduling (frugal in health, quick in doubt): a healthy check runs every ``interval``
-and nothing more. After a result that is not ok, or while the effective state is not ok,
-a check with a ``retry_interval`` runs again that long after its last run ended (for
-:data:`QUICK_RETRY_FOR` at most), so ``fail_after``/``recover_after`` are reached in
-seconds. A check may ask for another one to run now (``Context.hasten``, e.g. the WireGuard
-check confirming a suspicion with the tunnel-path MQTT probe): the loop waits on its
-interval *or* a wake-up, and a hastened run starts no sooner than :data:`HASTEN_SPACING`
-after the previous run ended; a check already in doubt keeps its retry cadence and
-ignores it. The decision is :func:`next_due`, a pure function.
 
 After every run the raw result is debounced (:mod:`edgeheal.core.debounce`) and a new immutable
 :class:`~edgeheal.model.Snapshot` replaces the old one; HTTP, metrics, alerts and the
@@ -40,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import signal
 import socket
@@ -51,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeheal import __version__
 from edgeheal import checks as registry
-from edgeheal.agent.cadence import Cadence, in_doubt, next_due
+from edgeheal.agent.check_loop import CheckLoops
 from edgeheal.agent.tasks import (
     IGNORED_SIGNALS,
     allocations,
@@ -65,9 +53,8 @@ from edgeheal.boundaries.control_socket import ControlServer, lock_state_dir
 from edgeheal.boundaries.sd_notify import Notifier
 from edgeheal.checks import Check, Serving
 from edgeheal.config import Config
-from edgeheal.core import debounce
 from edgeheal.core.path_verdict import path_verdict
-from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
+from edgeheal.model import Context, Event, Snapshot
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -85,6 +72,8 @@ STOP_BUDGET = 4.0
 HASTEN_SPACING = 2.0
 """Least seconds between the end of a check's run and a run asked for with ``hasten``: a
 suspicion raised on every tick cannot become a probe storm."""
+
+
 class Agent:
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -109,36 +98,28 @@ class Agent:
         self.started_mono = clock()
         self.stop_event = asyncio.Event()
         self.last_tick = self.started_mono
-        self._statuses: dict[str, CheckStatus] = {}
-        self._history: dict[str, tuple[CheckResult, ...]] = {}
         self._snapshot = Snapshot(node=config.node, checks={}, started_mono=self.started_mono,
                                   taken_mono=self.started_mono)
         self._published = asyncio.Event()
         """Set and replaced at every publication: what :meth:`changed` awaits."""
         self._ready_sent = False
         self._summary = ""
-        self.hasten_spacing = hasten_spacing
-        self._cadence: dict[str, Cadence] = {}
+        self.loops = CheckLoops(config, self.metrics, clock=clock, wall=wall,
+                                publish=self._publish, hasten_spacing=hasten_spacing)
         self.alert_link = for_alerts(config, clock=clock)
         """The one connection to ``[alerts] target``: the alert engine runs it, its check
         reads it (``Context.alert_link``)."""
         self.ctx = Context(config=config, registry=self.registry, clock=clock, wall=wall,
                            snapshot=lambda: self._snapshot, emit=self._emit,
                            control=self.control.register, alert_link=self.alert_link,
-                           hasten=self.hasten, changed=self.changed)
+                           hasten=self.loops.hasten, changed=self.changed)
         self.checks: list[Check] = (
             list(checks) if checks is not None else registry.build(self.ctx))
         self.http_runner: Any = None
         names = [c.name for c in self.checks]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate check names: {names}")
-        now, wall_now = clock(), wall()
-        for check in self.checks:
-            self._statuses[check.name] = debounce.initial(
-                check.name, required=check.settings.required, now=now, wall=wall_now)
-            self.metrics.declare(self._statuses[check.name],
-                                 registry.reasons(config, check.name))
-            self._cadence[check.name] = Cadence()
+        self.loops.add(self.checks, lambda name: registry.reasons(config, name))
         self.alerts = AlertEngine(self.ctx, link=self.alert_link)
         self.remediator = remediation.build(self.ctx)
         self.uplink_remediator = remediation.build_uplink(
@@ -171,11 +152,12 @@ class Agent:
 
     def _publish(self) -> None:
         """Build the snapshot once from the checks' statuses and wake every follower."""
-        round_complete = all(s.completed for s in self._statuses.values())
+        statuses = self.loops.statuses
+        round_complete = all(s.completed for s in statuses.values())
         self._snapshot = Snapshot(
-            node=self.config.node, checks=self._statuses, started_mono=self.started_mono,
+            node=self.config.node, checks=statuses, started_mono=self.started_mono,
             taken_mono=self.clock(), round_complete=round_complete,
-            extras={"path": path_verdict(self._statuses, self.config)},
+            extras={"path": path_verdict(statuses, self.config)},
             version=self._snapshot.version + 1)
         woken, self._published = self._published, asyncio.Event()
         woken.set()
@@ -221,88 +203,11 @@ class Agent:
                 self.alerts.observe(snap)
             await self.changed(seen, None)
 
-    def _record(self, check: Check, result: CheckResult, duration: float, outcome: str) -> None:
-        old = self._statuses[check.name]
-        status, self._history[check.name] = debounce.advance(
-            old, result, now=self.clock(), wall=self.wall(),
-            fail_after=check.settings.fail_after, recover_after=check.settings.recover_after,
-            history=self._history.get(check.name, ()))
-        status = dataclasses.replace(status, last_duration=duration)
-        self._statuses[check.name] = status
-        self.metrics.observe_run(check.name, status, duration, outcome)
-        if status.state is not old.state or status.reason != old.reason:
-            level = logging.INFO if status.state.serving else logging.WARNING
-            log.log(level, "check %s: %s (%s) -> %s (%s): %s", check.name, old.state.value,
-                    old.reason, status.state.value, status.reason, status.message,
-                    extra={"check": check.name})
-        self._publish()
-
     def _emit(self, event: Event) -> None:
         log.info("event %s: %s", event.kind, event.message, extra={"kind": event.kind})
         self.alerts.event(event)
 
     # --- the tasks ------------------------------------------------------------------------
-
-    def hasten(self, name: str) -> None:
-        """Run check ``name`` now rather than at its next interval (``Context.hasten``).
-
-        Bounded: the run starts no sooner than :attr:`hasten_spacing` after the check's
-        last run ended; a check in doubt keeps its retry cadence; unknown names are
-        ignored. Never blocks, never raises."""
-        cadence = self._cadence.get(name)
-        if cadence is None:
-            log.debug("hasten: no check named %r", name)
-            return
-        if cadence.doubt_since is None and not cadence.wake.is_set():
-            cadence.wake.set()
-
-    async def _pause(self, name: str, cadence: Cadence, due: float, ended: float) -> None:
-        """Sleep until ``due`` or, when hastened, until ``ended`` + the spacing."""
-        hastened = False
-        while (left := due - self.clock()) > 0:
-            try:
-                async with compat.timeout(left):
-                    await cadence.wake.wait()
-            except compat.TimeoutErrors:
-                break
-            cadence.wake.clear()
-            if not hastened:
-                hastened = True
-                due = min(due, ended + self.hasten_spacing)
-                log.debug("check %s hastened", name, extra={"check": name})
-
-    async def _check_loop(self, check: Check) -> None:
-        interval = check.settings.effective_interval(self.config.agent)
-        retry = check.settings.retry_interval
-        timeout = check.settings.timeout
-        cadence = self._cadence[check.name]
-        while True:
-            cadence.wake.clear()
-            began = self.clock()
-            try:
-                async with compat.timeout(timeout):
-                    result = await check.run()
-                outcome = "completed"
-            except compat.TimeoutErrors:
-                result = CheckResult(State.UNKNOWN, "check_timeout",
-                                     f"no result within {timeout:g}s")
-                outcome = "timeout"
-            except Exception as err:  # a check must never take the agent down
-                log.warning("check %s raised %s: %s", check.name, type(err).__name__, err,
-                            extra={"check": check.name}, exc_info=log.isEnabledFor(
-                                logging.DEBUG))
-                result = CheckResult(State.UNKNOWN, "check_error",
-                                     f"{type(err).__name__}: {err}")
-                outcome = "error"
-            ended = self.clock()
-            self._record(check, result, ended - began, outcome)
-            if not in_doubt(result, self._statuses[check.name]):
-                cadence.doubt_since = None
-            elif cadence.doubt_since is None:
-                cadence.doubt_since = began
-            await self._pause(check.name, cadence, next_due(
-                began=began, ended=ended, interval=interval, retry=retry,
-                doubt_since=cadence.doubt_since), ended)
 
     async def _supervise(self) -> None:
         """The tick: liveness, watchdog (only while checks progress), STATUS= updates."""
@@ -310,7 +215,7 @@ class Agent:
         while True:
             now = self.clock()
             self.last_tick = now
-            stuck = self.stuck_checks(now)
+            stuck = self.loops.stuck(now, self.started_mono)
             snap = self._snapshot
             if snap.round_complete and not self._ready_sent:
                 self._ready_sent = True
@@ -331,18 +236,6 @@ class Agent:
                     last_ping = now
             await asyncio.sleep(TICK)
 
-    def stuck_checks(self, now: float) -> list[str]:
-        """Checks whose loop has not completed a run for much longer than it should."""
-        out = []
-        for check in self.checks:
-            status = self._statuses[check.name]
-            last = status.last_run_mono if status.last_run_mono is not None else self.started_mono
-            bound = 2 * (check.settings.effective_interval(self.config.agent)
-                         + check.settings.timeout) + 5.0
-            if now - last > bound:
-                out.append(check.name)
-        return out
-
     @property
     def live(self) -> bool:
         return self.clock() - self.last_tick < 5 * TICK + 1.0
@@ -352,7 +245,7 @@ class Agent:
         sockets already bound to ``[http] listen`` (:func:`run_forever` binds them first).
         A start that fails (control socket, HTTP) goes through the same ordered stop, so
         it leaves no socket and no running marker behind."""
-        from edgeheal.agent import endpoints as http  # aiohttp only for `run`
+        from edgeheal.agent import http_server as http  # aiohttp only for `run`
 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -374,7 +267,7 @@ class Agent:
             tasks.append(spawn("edgeheal.alerts.follow", self._follow_for_alerts))
             for check in self.checks:
                 tasks.append(spawn(f"edgeheal.check.{check.name}",
-                                    lambda c=check: self._check_loop(c)))  # type: ignore[misc]
+                                    lambda c=check: self.loops.run(c)))  # type: ignore[misc]
                 if isinstance(check, Serving):
                     tasks.append(spawn(f"edgeheal.serve.{check.name}", check.serve))
             for name, actor in (("edgeheal.alerts", self.alerts),
@@ -388,7 +281,7 @@ class Agent:
             await self._shutdown(tasks, web)
 
     async def _shutdown(self, tasks: list[asyncio.Task[None]], web: Any) -> None:
-        from edgeheal.agent import endpoints as http
+        from edgeheal.agent import http_server as http
 
         log.info("stopping")
         self.notifier.stopping()
@@ -442,7 +335,7 @@ def run_forever(config: Config) -> None:
     """The agent as ``edgeheal run`` starts it: lock the state directory (StateDirBusy,
     an OSError naming the PID that holds it), bind the HTTP port, and only then build the
     agent, which opens the outbox and the markers in that directory."""
-    from edgeheal.agent import endpoints as http
+    from edgeheal.agent import http_server as http
 
     async def main() -> None:
         with lock_state_dir(config.agent.state_dir):

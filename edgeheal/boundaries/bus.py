@@ -6,8 +6,9 @@ asked the same way, and the parts that go wrong are the bus's, not theirs: an ad
 usable, a bus that is not there or goes away mid-call, a call nobody answers, a refusal by the bus
 policy or polkit, a service that is not running. This module turns each into a :class:`BusError`
 with the D-Bus error name and a :attr:`BusError.kind`; the callers map the kind into their own
-errors (a remedy's ``config_problem``, a :class:`~edgeheal.boundaries.modemmanager.ModemError`
-reason) and add what only they know (which polkit rule to install).
+errors (a remedy's ``config_problem``, a
+:class:`~edgeheal.boundaries.modemmanager.readings.ModemError` reason) and add what only
+they know (which polkit rule to install).
 
 The bus address: the configured one, else ``$DBUS_SYSTEM_BUS_ADDRESS``, else the system
 bus's socket (:func:`system_address`). A reply's error text is cut short and only the error

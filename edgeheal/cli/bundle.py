@@ -55,7 +55,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from edgeheal.config import ConfigError
     from edgeheal.settings import load
-    from edgeheal.tools import bundle
+    from edgeheal.tools.bundle.archive import BundleError, write
+    from edgeheal.tools.bundle.members import JOURNAL_LINES, MAX_BYTES, Options, collect
 
     problem = _usage_problem(args)
     if problem:
@@ -78,18 +79,18 @@ def run(args: argparse.Namespace) -> int:
         except (ValueError, ConfigError) as err:
             print(f"edgeheal: bundle: {err}", file=sys.stderr)
             return ExitCode.USAGE
-    options = bundle.Options(
-        agent_url=url, journal_lines=args.lines or bundle.JOURNAL_LINES,
+    options = Options(
+        agent_url=url, journal_lines=args.lines or JOURNAL_LINES,
         journal_unit=args.unit, log_file=args.log_file, diagnose_seconds=args.diagnose,
-        max_bytes=args.max_size or bundle.MAX_BYTES,
+        max_bytes=args.max_size or MAX_BYTES,
         config_path=config.source if config is not None else "")
     node = config.node if config is not None else "node"
     path = Path(args.output or time.strftime(
         f"edgeheal-bundle-{_safe(node)}-%Y%m%dT%H%M%SZ.tar.gz", time.gmtime()))
-    members = asyncio.run(bundle.collect(config, config_error, options))
+    members = asyncio.run(collect(config, config_error, options))
     try:
-        doc = bundle.write(members, path, options)
-    except bundle.BundleError as err:
+        doc = write(members, path, options)
+    except BundleError as err:
         print(f"edgeheal: bundle: {err}", file=sys.stderr)
         return ExitCode.ENVIRONMENT
     for member in doc["members"]:

@@ -4,7 +4,8 @@ The bottom of the house: every layer reads settings, so this package imports not
 edgeheal's but the standard library. Its jobs, one module each:
 
 - :mod:`~edgeheal.config.schema`: the settings dataclasses, each field documenting its
-  unit, default and reason;
+  unit, default and reason (a package: the agent's, the checks' and the remedies'
+  sections, under :class:`Config`);
 - :mod:`~edgeheal.config.parse`: strict TOML -> dataclasses, durations, ``host:port``;
 - :mod:`~edgeheal.config.validate`: the generic cross-field rules;
 - :mod:`~edgeheal.config.render`: the redacted effective config and the reference that
@@ -28,32 +29,35 @@ from pathlib import Path
 from edgeheal.config import parse, validate
 from edgeheal.config.parse import ConfigError, format_duration, parse_duration, split_hostport
 from edgeheal.config.render import REDACTED, redacted, reference
-from edgeheal.config.schema import (
-    OFFLOAD_DEFAULT_FEATURES,
+from edgeheal.config.schema import Config
+from edgeheal.config.schema.agent import (
     AgentSettings,
     AlertSettings,
-    CheckSettings,
-    Config,
-    ControlLadderSettings,
-    ControlSettings,
     FleetSettings,
     HttpSettings,
     KubernetesSettings,
     MetricsSettings,
+)
+from edgeheal.config.schema.checks import (
+    OFFLOAD_DEFAULT_FEATURES,
+    CheckSettings,
+    ControlSettings,
     MqttSettings,
     MqttTarget,
     OffloadSettings,
     PmtuSettings,
+    UplinkCost,
+    UplinkSettings,
+    WireguardSettings,
+)
+from edgeheal.config.schema.fields import doc, setting
+from edgeheal.config.schema.remediation import (
+    ControlLadderSettings,
     PodRemedySettings,
     RebindSettings,
     RemediationSettings,
     ServiceSettings,
-    UplinkCost,
     UplinkLadderSettings,
-    UplinkSettings,
-    WireguardSettings,
-    doc,
-    setting,
 )
 from edgeheal.config.validate import check_sections, file_settings
 

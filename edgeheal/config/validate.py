@@ -4,7 +4,7 @@ Only rules that hold whatever checks and remedies exist live here: the agent's i
 state directory, the listen addresses, the common keys of *every* check section, the alert
 outbox and its topics, the shared remediation budget, the Kubernetes client and every path
 to a file. Check sections are found by type (any
-:class:`~edgeheal.config.schema.CheckSettings` in the settings tree, lists included), so a
+:class:`~edgeheal.config.schema.checks.CheckSettings` in the settings tree, lists included), so a
 new check gets ``fail_after``/``timeout``/... checked without being named here; file paths
 are found by their ``file`` mark the same way. A rule that concerns one check or one remedy
 (an MQTT target's port, a WireGuard peer key, the unit the ``k3s-service`` remedy may
@@ -30,7 +30,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from edgeheal.config.parse import ConfigError, show, split_hostport
-from edgeheal.config.schema import UPLINK_RUNGS, CheckSettings, Config
+from edgeheal.config.schema import Config
+from edgeheal.config.schema.checks import CheckSettings
+from edgeheal.config.schema.remediation import UPLINK_RUNGS
 
 NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 """A Kubernetes node name: an RFC 1123 DNS subdomain (at most 253 characters)."""

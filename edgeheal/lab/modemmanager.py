@@ -69,7 +69,8 @@ from dbus_fast.annotations import (
 )
 from dbus_fast.service import ServiceInterface, dbus_method, dbus_property, dbus_signal
 
-from edgeheal.boundaries.modemmanager import (
+from edgeheal.boundaries.modemmanager.client import SIMPLE_IFACE
+from edgeheal.boundaries.modemmanager.readings import (
     BEARER_IFACE,
     BEARER_PREFIX,
     FAILED_REASONS,
@@ -82,7 +83,6 @@ from edgeheal.boundaries.modemmanager import (
     REGISTRATION_STATES,
     ROOT_PATH,
     SERVICE,
-    SIMPLE_IFACE,
 )
 from edgeheal.lab.standin import BusStandIn
 

@@ -123,8 +123,11 @@ class Sandbox:
         pool thread may end long before the process does.
         """
         full = ["ip", "netns", "exec", ns, *argv] if ns else list(argv)
-        if threading.current_thread() is threading.main_thread() and shutil.which("setpriv"):
-            full = ["setpriv", "--pdeathsig", "KILL", "--", *full]
+        setpriv = shutil.which("setpriv")
+        if threading.current_thread() is threading.main_thread() and setpriv:
+            full = [setpriv, "--pdeathsig", "KILL", "--", *full]
+        else:
+            setpriv = None
         out = log_path.open("ab") if log_path else subprocess.DEVNULL
         try:
             proc = subprocess.Popen(full, stdout=out, stderr=subprocess.STDOUT,
@@ -134,6 +137,8 @@ class Sandbox:
             if log_path:
                 out.close()  # type: ignore[union-attr]
         self.processes.append(proc)
+        if setpriv:
+            _past(proc.pid, setpriv)
         return proc
 
     def nft(self, ns: str, script: str) -> None:
@@ -149,7 +154,6 @@ class Sandbox:
             stop_process(proc)
         self.processes.clear()
         for ns in reversed(self.namespaces):
-            run(["ip", "netns", "pids", ns], check=False)
             for pid in run(["ip", "netns", "pids", ns], check=False).stdout.split():
                 with contextlib.suppress(ProcessLookupError, ValueError):
                     os.kill(int(pid), signal.SIGKILL)
@@ -225,3 +229,19 @@ def _sweep_wireguard_sockets() -> list[str]:
         finally:
             probe.close()
     return removed
+
+
+def _past(pid: int, program: str, within: float = 5.0) -> None:
+    """Wait until process ``pid`` has exec'd past ``program`` (setpriv), so its death signal
+    is set: killed in between, this process would leave it behind (setpriv never checks
+    whether its parent already died). Milliseconds; bounded."""
+    deadline = time.monotonic() + within
+    real = os.path.realpath(program)
+    while time.monotonic() < deadline:
+        try:
+            if os.readlink(f"/proc/{pid}/exe") != real:
+                return
+        except OSError:  # gone (or a zombie): nothing to wait for
+            return
+        time.sleep(0.001)
+

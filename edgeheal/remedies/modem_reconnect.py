@@ -5,8 +5,8 @@ modem) is the commonest stuck modem, and a new session is the gentlest cure — 
 flap for the kernel, no USB re-enumeration. It is what ``mmcli -m X --simple-disconnect``
 then ``--simple-connect`` with the old settings does: ModemManager's ``Simple.Disconnect``
 of the bearer, then ``Simple.Connect`` with *the bearer's own properties*
-(:meth:`edgeheal.boundaries.modemmanager.ModemManager.reconnect`), so the APN and credentials are
-the operator's, never ours (and never logged).
+(:meth:`edgeheal.boundaries.modemmanager.client.ModemManager.reconnect`), so the APN and
+credentials are the operator's, never ours (and never logged).
 
 **Never fight the manager that owns the modem.** Where NetworkManager runs, it owns the
 modem's connection (it drives ModemManager itself and re-activates its own profile when a
@@ -45,7 +45,7 @@ from edgeheal.remedies import (
 )
 
 if TYPE_CHECKING:
-    from edgeheal.boundaries.modemmanager import Bearer, Modem
+    from edgeheal.boundaries.modemmanager.readings import Bearer, Modem
     from edgeheal.config import Config
 
 log = logging.getLogger(__name__)
@@ -157,13 +157,13 @@ class ModemReconnect:
 
     def manager(self) -> Any:
         if self._manager is None:
-            from edgeheal.boundaries.modemmanager import ModemManager  # dbus-fast, lazily
+            from edgeheal.boundaries.modemmanager.client import ModemManager  # dbus-fast, lazily
 
             self._manager = ModemManager(self.address or None)
         return self._manager
 
     async def _target(self) -> tuple[Modem, Bearer, str]:
-        from edgeheal.boundaries.modemmanager import ModemError
+        from edgeheal.boundaries.modemmanager.readings import ModemError
 
         try:
             modems = await self.manager().modems()
@@ -196,7 +196,7 @@ class ModemReconnect:
                             f"({bearer.interface or 'no interface'}) via ModemManager")
 
     async def restart(self) -> RemedyOutcome:
-        from edgeheal.boundaries.modemmanager import ModemError
+        from edgeheal.boundaries.modemmanager.readings import ModemError
 
         modem, bearer, device = await self._target()
         if device:

@@ -11,7 +11,7 @@ only the radio goes off for a few seconds.
 How: ``Modem.Enable(false)`` then ``Modem.Enable(true)`` on the uplink's modem — what
 ``mmcli -m X --disable`` / ``--enable`` do; ModemManager turns the radio off (low power)
 when disabling and on again, re-registering, when enabling
-(:meth:`edgeheal.boundaries.modemmanager.ModemManager.enable`). ``Enable(true)`` is sent
+(:meth:`edgeheal.boundaries.modemmanager.client.ModemManager.enable`). ``Enable(true)`` is sent
 even when the disable failed, so a rung never leaves a radio off; a failure there is
 said plainly (a person may be needed). Where NetworkManager owns the modem it re-activates
 its connection once the modem is enabled and registered again; ModemManager itself does
@@ -41,7 +41,7 @@ from edgeheal.remedies import (
 )
 
 if TYPE_CHECKING:
-    from edgeheal.boundaries.modemmanager import Modem
+    from edgeheal.boundaries.modemmanager.readings import Modem
     from edgeheal.config import Config
 
 MODE = "radio-cycle"
@@ -72,13 +72,13 @@ class RadioCycle:
 
     def manager(self) -> Any:
         if self._manager is None:
-            from edgeheal.boundaries.modemmanager import ModemManager  # dbus-fast, lazily
+            from edgeheal.boundaries.modemmanager.client import ModemManager  # dbus-fast, lazily
 
             self._manager = ModemManager(self.address or None)
         return self._manager
 
     async def _target(self) -> Modem:
-        from edgeheal.boundaries.modemmanager import ModemError
+        from edgeheal.boundaries.modemmanager.readings import ModemError
 
         try:
             modems = await self.manager().modems()
@@ -100,7 +100,7 @@ class RadioCycle:
                             "Modem.Enable")
 
     async def restart(self) -> RemedyOutcome:
-        from edgeheal.boundaries.modemmanager import ModemError
+        from edgeheal.boundaries.modemmanager.readings import ModemError
 
         modem = await self._target()
         off_error: ModemError | None = None

@@ -55,7 +55,8 @@ class UsbReauthorize:
     async def _path(self) -> Path:
         name = self.device
         if name == "modem":
-            from edgeheal.boundaries.modemmanager import ModemError, ModemManager
+            from edgeheal.boundaries.modemmanager.client import ModemManager
+            from edgeheal.boundaries.modemmanager.readings import ModemError
 
             if self._mm is None:
                 self._mm = ModemManager(self.address or None)

@@ -14,7 +14,7 @@ import jsonschema
 from referencing import Registry, Resource
 
 from edgeheal import config
-from edgeheal.agent import endpoints as http
+from edgeheal.agent import http_server as http
 from edgeheal.agent.supervisor import Agent
 from edgeheal.base import compat
 from edgeheal.checks import Check

@@ -55,6 +55,6 @@ def test_a_new_check_builds_nothing_until_its_section_is_there() -> None:
     without = checks.build(context(config=cfg).ctx)
     assert "probe" not in [c.name for c in without]
     assert "offload" in [c.name for c in without]  # the shipped ones still run
-    # its settings class in config/schema.py gives it a section; the file setting it is:
+    # its settings class in config/schema/checks.py gives it a section; the file setting it is:
     cfg = dataclasses.replace(cfg, sections=cfg.sections | {"offload_extra"})
     assert "probe" in [c.name for c in checks.build(context(config=cfg).ctx)]

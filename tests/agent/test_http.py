@@ -18,6 +18,7 @@ import pytest
 
 from edgeheal import cli
 from edgeheal.agent import endpoints as http
+from edgeheal.agent import http_server
 from edgeheal.base import compat
 from edgeheal.config import CheckSettings
 from edgeheal.model import State
@@ -269,7 +270,7 @@ async def test_malformed_requests_get_a_400_an_info_line_and_a_count(
 
 async def test_connections_that_send_no_request_are_closed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http, "REQUEST_TIMEOUT", 0.5)
+    monkeypatch.setattr(http_server, "REQUEST_TIMEOUT", 0.5)
     async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
         port = int(agent.base.rsplit(":", 1)[1])
         silent = await asyncio.open_connection("127.0.0.1", port)
@@ -296,7 +297,7 @@ async def test_connections_that_send_no_request_are_closed(
 
 async def test_over_the_connection_cap_the_oldest_is_closed_and_probes_get_through(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http, "connection_cap", lambda soft_limit=None: 8)
+    monkeypatch.setattr(http_server, "connection_cap", lambda soft_limit=None: 8)
     async with running_agent(tmp_path, [ScriptedCheck("good", FAST, [ok()])]) as agent:
         port = int(agent.base.rsplit(":", 1)[1])
         idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]
@@ -317,10 +318,10 @@ async def test_over_the_connection_cap_the_oldest_is_closed_and_probes_get_throu
 
 
 def test_the_connection_cap_leaves_descriptors_for_the_checks() -> None:
-    assert http.connection_cap(1024) == http.MAX_CONNECTIONS  # 256 of 1024
-    assert http.connection_cap(512) == 128
-    assert http.connection_cap(64) == 8  # never none at all
-    assert http.connection_cap(10**6) == http.MAX_CONNECTIONS
+    assert http_server.connection_cap(1024) == http_server.MAX_CONNECTIONS  # 256 of 1024
+    assert http_server.connection_cap(512) == 128
+    assert http_server.connection_cap(64) == 8  # never none at all
+    assert http_server.connection_cap(10**6) == http_server.MAX_CONNECTIONS
 
 
 async def test_the_agent_exports_its_own_memory_and_descriptors(tmp_path: Path) -> None:

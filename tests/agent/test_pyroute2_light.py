@@ -37,7 +37,7 @@ import sys
 import edgeheal.agent.supervisor
 
 def run_forever(config):  # what the agent imports before its first round, then stop
-    import edgeheal.agent.endpoints
+    import edgeheal.agent.http_server
     heavy = {"aiohttp.client", "aiohttp.connector", "aiohttp.cookiejar"}
     print(sorted(m for m in sys.modules
                  if m in heavy or m.startswith("edgeheal.cli.")) or "light-ok")

@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 
 from edgeheal.base import compat
-from edgeheal.tools import bundle
+from edgeheal.tools.bundle.members import Options, journal_member
+from edgeheal.tools.bundle.redaction import scrub
 
 NODE = "edge-bundle"
 
@@ -325,11 +326,11 @@ def test_a_configuration_that_does_not_load_still_bundles(node: Node, tmp_path: 
 ])
 def test_scrub_replaces_what_a_secret_looks_like_and_keeps_the_rest(text: str,
                                                                     kept: str) -> None:
-    assert bundle.scrub(text)[0] == kept
+    assert scrub(text)[0] == kept
 
 
 def test_scrub_replaces_known_values_wherever_they_are() -> None:
-    said, counts = bundle.scrub("a xyzzy-secret-1 b xyzzy-secret-1", {"xyzzy-secret-1"})
+    said, counts = scrub("a xyzzy-secret-1 b xyzzy-secret-1", {"xyzzy-secret-1"})
     assert said == "a <redacted> b <redacted>"
     assert counts == {"known value": 2}
 
@@ -341,8 +342,7 @@ def test_the_journal_is_asked_for_the_unit_and_the_lines_and_its_failure_is_said
         asked.append(argv)
         return subprocess.CompletedProcess(argv, 1, b"", b"Failed to open journal: EACCES\n")
 
-    member = bundle.journal_member(bundle.Options(journal_lines=50, journal_unit="x.service"),
-                                   journalctl)
+    member = journal_member(Options(journal_lines=50, journal_unit="x.service"), journalctl)
     assert asked == [["journalctl", "--no-pager", "-o", "short-iso", "-u", "x.service",
                       "-n", "50"]]
     assert member.note == "journalctl exited 1: Failed to open journal: EACCES"

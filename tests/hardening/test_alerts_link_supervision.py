@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from edgeheal import settings as validation
-from edgeheal.agent.alerts import engine as engine_module
+from edgeheal.agent.alerts import link_keeper
 from edgeheal.agent.alerts.engine import AlertEngine
 from edgeheal.boundaries.mqtt import transport
 from edgeheal.boundaries.mqtt.link import Link
@@ -107,7 +107,7 @@ async def test_an_unexpected_exception_while_connecting_is_internal_error_and_re
 async def test_the_engine_restarts_a_link_task_that_died(
         tmp_path: Path, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module, "LINK_RESTART_MAX", 0.05)
+    monkeypatch.setattr(link_keeper, "LINK_RESTART_MAX", 0.05)
     h = harness(tmp_path, _toml())
     assert h.link is not None
     engine = AlertEngine(h.ctx, link=h.link)

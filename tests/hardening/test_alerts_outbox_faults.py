@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from edgeheal.agent.alerts.engine import OUTBOX_FILE, AlertEngine
-from edgeheal.agent.alerts.outbox import MEMORY_MAX, Outbox, classify
+from edgeheal.agent.alerts.outbox import Outbox, classify
+from edgeheal.agent.alerts.outbox_memory import MEMORY_MAX
 from edgeheal.agent.alerts.payload import Alert
 from edgeheal.model import State
 from tests.alerts.support import harness, snapshot, status

@@ -17,7 +17,8 @@ import pytest
 from dbus_fast import BusType, Message
 from dbus_fast.aio import MessageBus
 
-from edgeheal.boundaries.modemmanager import SERVICE, ModemError, ModemManager
+from edgeheal.boundaries.modemmanager.client import ModemManager
+from edgeheal.boundaries.modemmanager.readings import SERVICE, ModemError
 from edgeheal.lab.netns import Sandbox
 from edgeheal.lab.systemd_bus import SystemBus
 

@@ -13,13 +13,13 @@ from dbus_fast import BusType, Message, MessageType, RequestNameReply
 from dbus_fast import Variant as V
 from dbus_fast.aio import MessageBus
 
-from edgeheal.boundaries.modemmanager import (
+from edgeheal.boundaries.modemmanager.client import ModemManager
+from edgeheal.boundaries.modemmanager.readings import (
     MAX_MODEMS,
     OBJECT_MANAGER_IFACE,
     ROOT_PATH,
     SERVICE,
     ModemError,
-    ModemManager,
 )
 from edgeheal.lab.modemmanager import FakeModemManager
 from edgeheal.lab.systemd_bus import SystemBus

@@ -10,12 +10,12 @@ from dbus_fast import BusType, Message, MessageType
 from dbus_fast import Variant as V
 from dbus_fast.aio import MessageBus
 
-from edgeheal.boundaries.modemmanager import (
+from edgeheal.boundaries.modemmanager.client import SIMPLE_IFACE
+from edgeheal.boundaries.modemmanager.readings import (
     MODEM_3GPP_IFACE,
     OBJECT_MANAGER_IFACE,
     ROOT_PATH,
     SERVICE,
-    SIMPLE_IFACE,
 )
 from edgeheal.lab.modemmanager import FakeModemManager
 from edgeheal.lab.systemd_bus import SystemBus

@@ -162,6 +162,28 @@ async def test_a_hot_plug_is_recorded_once_udev_has_renamed_it(
         await enforcer.close()
 
 
+async def test_a_rename_whose_event_is_not_read_yet_is_recorded_under_the_final_name() -> None:
+    """A busy box: the rename's link event is still unread when the record is due. The
+    record asks the kernel for the ifindex's name now, so it names the final interface."""
+    source = _Indexed({"wwan0": 3})
+    reg, events = CollectorRegistry(), list[Event]()
+    enforcer = Enforcer(("wwan*", "eth*"), CSUM, registry=reg, emit=events.append,
+                        source=lambda: source, settle=0.05)
+    try:
+        await enforcer.reconcile("boot")
+        source.state["eth0"], source.indexes["eth0"] = fixture("qeth"), 7  # plugged in
+        source.turn_on("eth0", "tx-checksum-ipv4")
+        await enforcer.reconcile("link_event", only="eth0", defer=True)
+        source.rename("eth0", "wwan1")  # udev renamed it; no event handled
+        await until(lambda: len(events) == 1, within=5.0, what="the deferred record")
+        assert events[0].detail["interface"] == "wwan1"
+        assert _corrections(reg, "wwan1", "link_event") == 1
+        assert _corrections(reg, "eth0", "link_event") == 0
+        assert _enabled(reg, "eth0", "tx-checksum-ipv4") is None
+    finally:
+        await enforcer.close()
+
+
 def test_udev_is_busy_only_where_it_runs_and_has_not_written_the_link(tmp_path: Path) -> None:
     from edgeheal.boundaries.kernel.link_events import udev_busy_with
 

@@ -12,6 +12,7 @@ import pytest
 from edgeheal import config as cfg
 from edgeheal import remedies
 from edgeheal.agent.remediation import Remediator
+from edgeheal.agent.remediation.attempt import restart_bound
 from tests.remediation.support import Clock, World, make_config
 
 EDGEHEAL = Path(__file__).resolve().parents[2] / "edgeheal"
@@ -65,7 +66,7 @@ def test_a_restart_is_bounded_by_the_active_remedys_own_limit(tmp_path: Path) ->
                          '\n[remediation.service]\ntimeout = "5m"')
     rem = Remediator(World(config, Clock()).ctx, remedy_factory=lambda mode: None,
                      boot="b")
-    assert rem.restart_bound() == 45.0 + 120.0  # configured pod: its own limit, plus margin
+    assert restart_bound(config, rem.LADDER, rem.mode) == 45.0 + 120.0  # pod: its own, plus margin
     by_mode = {r.mode: r.restart_bound(config) for r in remedies.registrations()}
     assert {"pod": 45.0, "k3s-service": 300.0}.items() <= by_mode.items()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeheal.boundaries.modemmanager import DEVICE_CONTROL_ACTION
+from edgeheal.boundaries.modemmanager.client import DEVICE_CONTROL_ACTION
 from tests.remediation_dbus.test_polkit_rule import RUNNER
 
 SYSTEMD = Path(__file__).resolve().parents[2] / "systemd"

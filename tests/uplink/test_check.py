@@ -13,8 +13,10 @@ import pytest
 
 from edgeheal.boundaries.kernel import interfaces as ifstate
 from edgeheal.boundaries.kernel.interfaces import Interface
-from edgeheal.boundaries.modemmanager import Bearer, Modem, ModemError
-from edgeheal.checks.uplink import REFRESH, Evidence, UplinkCheck, judge, pick_modem
+from edgeheal.boundaries.modemmanager.readings import Bearer, Modem, ModemError
+from edgeheal.checks.uplink import UplinkCheck, pick_modem
+from edgeheal.checks.uplink.interface_reader import REFRESH
+from edgeheal.checks.uplink.verdict import Evidence, judge
 from edgeheal.config import loads_generic
 from edgeheal.lab.netns import Sandbox, run
 from edgeheal.lab.nsutil import inside
@@ -338,7 +340,7 @@ async def test_while_traffic_flows_the_check_reads_sysfs_and_opens_no_netlink_so
         assert (result.state, result.reason) == (State.OK, "ok"), result.message
         assert result.detail["interfaces"][a]["addresses"] == 1
     assert len(opened) == 1, "a netlink socket was opened while traffic flowed"
-    assert check.dumps == 1
+    assert check.reader.dumps == 1
     assert manager.asked == 0
     clock.advance(10)  # rx flat: silence may be starting, so netlink is read at once
     result = await _run(check, edge)

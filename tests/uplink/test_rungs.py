@@ -364,7 +364,7 @@ async def test_radio_cycle_lifts_a_denial_the_network_no_longer_holds(
     async with mm:
         mm.deny_registration(modem, 11)
         config = _mm_config(bus.address)
-        from edgeheal.boundaries.modemmanager import ModemManager
+        from edgeheal.boundaries.modemmanager.client import ModemManager
 
         reader = ModemManager(bus.address)
         try:

@@ -13,15 +13,8 @@ from typing import Any
 import pytest
 
 from edgeheal.checks.uplink import UplinkCheck
-from edgeheal.checks.uplink.usage import (
-    EXCEEDED,
-    FILE,
-    FORECAST,
-    Ledger,
-    Meter,
-    parse_size,
-    period,
-)
+from edgeheal.checks.uplink.ledger import Ledger, period
+from edgeheal.checks.uplink.usage import EXCEEDED, FILE, FORECAST, Meter, parse_size
 from edgeheal.lab.netns import Sandbox, run
 from edgeheal.lab.nsutil import inside
 from tests.support import WALL0, Clock, context

@@ -135,10 +135,18 @@ async def test_an_unwatched_dead_peer_keeps_the_check_ok(mesh3: WgMesh) -> None:
     driver = Driver.for_mesh(mesh3)
     await healthy(mesh3, driver)
     mesh3.stop_node(mesh3.nodes[2])
-    await driver.until(lambda s: s.peer(fp(mesh3, 2))["reason"] == "dead",
-                       DEAD_AFTER + DEBOUNCE + SLACK, "the mesh member dead")
-    assert set(driver.effective()) == {"ok"}
-    assert set(driver.reasons()) == {"ok"}
+    dead = await driver.until(lambda s: s.peer(fp(mesh3, 2))["reason"] == "dead",
+                              DEAD_AFTER + DEBOUNCE + SLACK, "the mesh member dead")
+    assert dead.peer(fp(mesh3, 2))["watched"] is False
+    # The result is the worst *watched* peer's: a sample that is not ok names the watched
+    # peer's own trouble, never the dead member's (a busy box once stalled the watched
+    # peer itself for 18 s in these three minutes: that is not what this test is about).
+    for sample in driver.samples:
+        if sample.result.reason != "ok":
+            watched = {p["reason"] for p in sample.result.detail["peers"] if p["watched"]}
+            assert sample.result.reason in watched, (sample.result.reason, watched)
+    assert "dead" not in driver.reasons()
+    await driver.until(lambda s: s.status.reason == "ok", 60.0, "the check ok")
 
 
 @pytest.mark.slow

@@ -15,7 +15,8 @@ continues them (same correlation, and a recovery that is still sent) instead of 
 duplicates. Around it, split by job: the metric families (:mod:`~edgeheal.agent.alerts.metrics`),
 the run marker (:mod:`~edgeheal.agent.alerts.markers`), ``alert.test``
 (:mod:`~edgeheal.agent.alerts.selftest`), the retained status and a problem's ``detail``
-(:mod:`~edgeheal.agent.alerts.render`); every call to the outbox stays here.
+(:mod:`~edgeheal.agent.alerts.render`), the link's task and its session takeovers
+(:mod:`~edgeheal.agent.alerts.link_keeper`); every call to the outbox stays here.
 
 Delivery: every alert is committed to the outbox before it is logged or counted; the drain
 publishes the oldest row at QoS 1, waits for its PUBACK, deletes it, then takes the next —
@@ -53,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
 from edgeheal.agent.alerts import delivery, kinds, lifecycle, markers, render
+from edgeheal.agent.alerts.link_keeper import LinkKeeper
 from edgeheal.agent.alerts.markers import RUNNING_MARKER
 from edgeheal.agent.alerts.metrics import DROP_REASONS, AlertMetrics
 from edgeheal.agent.alerts.offloop import OffLoopOutbox
@@ -73,11 +75,9 @@ log = logging.getLogger("edgeheal.alerts.engine")  # the name operators grep for
 
 OUTBOX_FILE = "alerts.sqlite3"
 PRUNE_EVERY = 60.0
-LINK_RESTART_MAX = 60.0
-"""Longest pause before the link's task is restarted after a crash."""
 
 # what others import from here (the marker and the drop reasons from the modules owning them)
-__all__ = ["DROP_REASONS", "LINK_RESTART_MAX", "OUTBOX_FILE", "RUNNING_MARKER", "AlertEngine"]
+__all__ = ["DROP_REASONS", "OUTBOX_FILE", "RUNNING_MARKER", "AlertEngine"]
 
 _LEVEL = {"info": logging.INFO, "warning": logging.WARNING, "critical": logging.ERROR}
 
@@ -109,16 +109,12 @@ class AlertEngine:
         self.link = link
         self._mqtt_paths = {t.name: t.path for t in cfg.mqtt.targets}
         self.metrics = AlertMetrics(ctx.registry, wall=self.wall)
-        if link is not None:  # read at scrape time: it ends when the takeovers stop
-            self.metrics.duplicate.set_function(lambda: 1.0 if link.duplicate else 0.0)
+        self._keeper = None if link is None else LinkKeeper(self, link)
         self._wake = asyncio.Event()
         self._alert_test = AlertTest(self)
         self._status_doc: dict[str, Any] | None = None
         self._status_sent: dict[str, Any] | None = None
         self._closed = False
-        self._takeovers_seen = 0
-        self._duplicate_said = False
-        """``alerts.duplicate_client_id`` is raised once per run."""
         self._problems = self._load_problems()
         self._tunnel_checks = (checks.role("tunnel").module, *targets(cfg, "tunnel"))
         """The checks whose problem remediation acts on (see :meth:`tunnel_problem`)."""
@@ -329,15 +325,15 @@ class AlertEngine:
     async def serve(self) -> None:
         """Own the MQTT link (if any) and drain the outbox in order; runs until cancelled."""
         self._loop = asyncio.get_running_loop()
-        if self.link is None:
+        if self._keeper is None:
             while True:
                 await self.outbox.run(self._prune)
                 with contextlib.suppress(*compat.TimeoutErrors):
                     async with compat.timeout(self.pause()):  # a cancel is never swallowed
                         await self._wake.wait()
                 self._wake.clear()
-        link = self.link
-        runner = asyncio.create_task(self._keep_link(link), name="edgeheal.alerts.link")
+        link = self._keeper.link
+        runner = asyncio.create_task(self._keeper.run(), name="edgeheal.alerts.link")
         try:
             await delivery.drain(self, link)
         except asyncio.CancelledError:
@@ -348,42 +344,6 @@ class AlertEngine:
         finally:
             runner.cancel()
             await asyncio.gather(runner, return_exceptions=True)
-
-    async def _keep_link(self, link: Link) -> None:
-        """Run the link; if its task ever dies, log it and restart it with capped backoff
-        (the drain waits for the link, so a dead link task would silence every alert)."""
-        delay = 1.0
-        while not link.closing:
-            began = self.ctx.clock()
-            try:
-                await link.run(will=self.will, on_state=lambda _state: self._link_changed(link))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("alert link task crashed; restarting it in %.0fs", delay)
-            if self.ctx.clock() - began > 5 * LINK_RESTART_MAX:
-                delay = 1.0
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, LINK_RESTART_MAX)
-
-    def _link_changed(self, link: Link) -> None:
-        """Every change of the link's state: wake the drain; count session takeovers and
-        say once that another client uses our client id (``alerts.duplicate_client_id``)."""
-        self._wake.set()
-        takeovers = link.takeovers
-        if takeovers.total > self._takeovers_seen:
-            self.metrics.taken_over.inc(takeovers.total - self._takeovers_seen)
-            self._takeovers_seen = takeovers.total
-        if link.duplicate and not self._duplicate_said:
-            self._duplicate_said = True
-            self.raise_alert(
-                "alerts.duplicate_client_id",
-                f"the alert broker ended this agent's session {takeovers.total} times "
-                f"because another client connected with its client id "
-                f"{takeovers.client_id}: two agents with node_name {self.node} on one "
-                "broker? Give each node its own node_name",
-                {"client_id": takeovers.client_id, "takeovers": takeovers.total,
-                 "evidence": takeovers.how, "target": link.target.name})
 
     async def close(self) -> None:
         """Clean shutdown: retained ``offline`` status, DISCONNECT, clean-exit mark."""
@@ -411,15 +371,7 @@ class AlertEngine:
                 "outbox": {"state": box.fault or "ok", "message": box.fault_message,
                            "memory_queue": box.memory_depth},
                 "open_problems": {n: p.correlation for n, p in self._problems.open.items()},
-                **self._takeover_view()}
-
-    def _takeover_view(self) -> dict[str, Any]:
-        if self.link is None:
-            return {}
-        takeovers = self.link.takeovers
-        return {"session_taken_over": {
-            "client_id": takeovers.client_id, "total": takeovers.total,
-            "duplicate_client_id": self.link.duplicate, "evidence": takeovers.how or None}}
+                **(self._keeper.view() if self._keeper is not None else {})}
 
 
 def _dropped_message(total: int) -> str:

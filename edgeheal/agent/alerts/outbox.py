@@ -19,8 +19,8 @@ in-memory queue dies with the process; a row committed here survives it.
   alerts it held are counted as dropped when they can be counted. A state directory that
   is not writable (``permission``, ``read_only``), a ``locked`` database, a ``disk_full``
   filesystem or an ``io_error`` leave the file alone: alerts are then held in a bounded
-  memory queue (:data:`MEMORY_MAX`; the oldest go first, counted), delivered from there
-  if the broker is reachable, and written to the database as soon as a retry (every
+  memory queue (:mod:`~edgeheal.agent.alerts.outbox_memory`), delivered from there if the
+  broker is reachable, and written to the database as soon as a retry (every
   :data:`RETRY_EVERY` seconds) succeeds. :attr:`Outbox.fault` says which fault is in
   force (``/status``, metrics); the outbox never raises for one, so raising an alert can
   never crash a check loop. A file of a newer format (``PRAGMA user_version``, a downgrade)
@@ -28,8 +28,9 @@ in-memory queue dies with the process; a row committed here survives it.
   for writing, moved aside or counted (:attr:`Outbox.newer`). Rows of the wrong types,
   ``seq_exhausted`` and the format: ``outbox_file``.
 
-The queue is here, the file in ``outbox_file``, the fault classes in ``outbox_faults``; an
-:class:`Outbox` blocks on fsync, so the agent runs it off its loop (``offloop``).
+The queue is here, the file in ``outbox_file``, what memory holds meanwhile in
+``outbox_memory``, the fault classes in ``outbox_faults``; an :class:`Outbox` blocks on
+fsync, so the agent runs it off its loop (``offloop``).
 """
 
 from __future__ import annotations
@@ -44,26 +45,26 @@ from pathlib import Path
 from edgeheal.agent.alerts import outbox_file as db_file
 from edgeheal.agent.alerts.outbox_faults import FAULTS, classify
 from edgeheal.agent.alerts.outbox_file import Entry, OutboxError
+from edgeheal.agent.alerts.outbox_memory import MEMORY_MAX, MemoryQueue
 from edgeheal.base.statefile import Newer, NewerFormat, Reset
 
 log = logging.getLogger("edgeheal.alerts.outbox")  # the name operators grep for
 
 DROPPED_KIND = "alerts.dropped"
 
-MEMORY_MAX = 500
-"""Alerts held in memory while the database cannot be written (about 1 KB each)."""
 RETRY_EVERY = 5.0
 """Seconds between attempts to write the memory queue to a faulty database."""
 
-__all__ = ["DROPPED_KIND", "FAULTS", "MEMORY_MAX", "RETRY_EVERY", "Entry", "Outbox",
-           "OutboxError", "classify"]
+__all__ = ["DROPPED_KIND", "FAULTS", "RETRY_EVERY", "Entry", "Outbox", "OutboxError",
+           "classify"]
 
 
 class Outbox:
     """The outbox: SQLite when it can be written, a bounded memory queue when it cannot.
 
-    Entries held in memory have negative ``seq`` numbers; they follow the database's rows
-    (they were raised later) and move into the database, in order, when it works again.
+    Entries held in memory (:class:`~edgeheal.agent.alerts.outbox_memory.MemoryQueue`)
+    have negative ``seq`` numbers; they follow the database's rows and move into it, in
+    order, when it works again.
     """
 
     def __init__(self, path: str | Path, *, max_count: int, max_age: float,
@@ -74,17 +75,12 @@ class Outbox:
         self.max_count, self.max_age = max_count, max_age
         self.wall, self.clock = wall, clock
         self.memory_max = max(1, min(memory_max, max_count))
+        self._memory = MemoryQueue(self.memory_max, exempt=DROPPED_KIND)
         self.fault: str | None = None
         """None while the database is usable; else one of :data:`FAULTS`."""
         self.fault_message = ""
         self.moved_aside: Path | None = None
         self._db: sqlite3.Connection | None = None
-        self._mem: list[Entry] = []
-        self._mem_meta: dict[str, str] = {}
-        self._acked: set[int] = set()
-        """Rows the broker acknowledged whose DELETE failed (never sent again)."""
-        self._renumbered: dict[int, int] = {}
-        self._next_mem = -1
         self._db_depth = 0
         self._last_retry = -1e18
         self._drops: dict[str, int] = {}
@@ -166,7 +162,7 @@ class Outbox:
         self.moved_aside = aside
         if lost:
             self._drops["outbox_corrupt"] = self._drops.get("outbox_corrupt", 0) + lost
-        self._acked.clear()
+        self._memory.acked.clear()
         self._db_depth = 0
         self.fault = None
         try:
@@ -184,7 +180,7 @@ class Outbox:
     def retry(self, *, force: bool = False) -> bool:
         """Try to write what memory holds (at most every :data:`RETRY_EVERY` seconds unless
         ``force``); True when nothing is left in memory."""
-        if self.fault is None and not self._mem and not self._acked and not self._mem_meta:
+        if self.fault is None and self._memory.holds_nothing:
             return True
         if not force and self.clock() - self._last_retry < RETRY_EVERY:
             return False
@@ -194,7 +190,7 @@ class Outbox:
         return self._flush()
 
     def _flush(self) -> bool:
-        db = self._db
+        db, memory = self._db, self._memory
         if db is None:
             return False
         try:
@@ -202,26 +198,23 @@ class Outbox:
                 db_file.restart_seq_if_empty(db)
             db.execute("BEGIN IMMEDIATE")
             moved = []
-            for entry in self._mem:
+            for entry in memory.entries:
                 cur = db.execute("INSERT INTO outbox (id, kind, raised, payload) VALUES "
                                  "(?, ?, ?, ?) ON CONFLICT(id) DO NOTHING",
                                  (entry.id, entry.kind, entry.raised, entry.payload))
                 if cur.lastrowid and cur.rowcount == 1:
                     moved.append((entry.seq, int(cur.lastrowid)))
-            for seq in self._acked:
+            for seq in memory.acked:
                 db.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
-            for key, value in self._mem_meta.items():
+            for key, value in memory.meta.items():
                 db_file.put_meta(db, key, value)
             db_file.put_meta(db, "written", repr(self.wall()))  # proves the file is writable
             db.execute("COMMIT")
         except (sqlite3.Error, OSError) as err:
             db_file.rollback(db)
             return self._fail(err, "writing the memory queue")
-        written = len(self._mem)
-        self._renumbered = dict(moved)  # only an entry in flight can still be named
-        self._mem.clear()
-        self._acked.clear()
-        self._mem_meta.clear()
+        written = len(memory.entries)
+        memory.written(moved)
         self._db_depth = self._count()
         if written:
             log.warning("alert outbox %s: wrote %d alert(s) held in memory", self.path, written)
@@ -236,15 +229,16 @@ class Outbox:
 
     @property
     def memory_depth(self) -> int:
-        return len(self._mem)
+        return len(self._memory.entries)
 
     def close(self) -> int:
         """Write what memory holds if possible, close; returns alerts lost with memory."""
         self.retry(force=True)
-        lost = sum(1 for e in self._mem if e.kind != DROPPED_KIND) if self._mem else 0
-        if self._mem:
+        held = self._memory.entries
+        lost = self._memory.lost()
+        if held:
             log.error("alert outbox %s: %d alert(s) held in memory could not be written "
-                      "(%s) and are lost with this process", self.path, len(self._mem),
+                      "(%s) and are lost with this process", self.path, len(held),
                       self.fault)
         self._close_db()
         return lost
@@ -254,10 +248,10 @@ class Outbox:
     def add(self, alert_id: str, kind: str, raised: float, payload: bytes) -> int:
         """Store one alert (durably if the database works, else in memory); return how many
         old alerts the count bound dropped. Never raises for a database fault."""
-        if self._mem or self.fault is not None:
+        if self._memory.entries or self.fault is not None:
             self.retry()
         db = self._db
-        if db is not None and not self._mem:
+        if db is not None and not self._memory.entries:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 db.execute("INSERT INTO outbox (id, kind, raised, payload) VALUES "
@@ -272,28 +266,15 @@ class Outbox:
                 self._db_depth += 1 - dropped
                 self._ok()
                 return dropped
-        self._mem.append(Entry(self._next_mem, alert_id, kind, raised, payload))
-        self._next_mem -= 1
-        return self._bound_memory()
-
-    def _bound_memory(self) -> int:
-        excess = sum(1 for e in self._mem if e.kind != DROPPED_KIND) - self.memory_max
-        dropped = 0
-        while excess > 0:
-            index = next(i for i, e in enumerate(self._mem) if e.kind != DROPPED_KIND)
-            del self._mem[index]
-            excess -= 1
-            dropped += 1
-        if dropped:
+        dropped = self._memory.hold(alert_id, kind, raised, payload)
+        if dropped:  # counted as the memory bound's (take_drops), not the count bound's
             self._drops["memory_queue"] = self._drops.get("memory_queue", 0) + dropped
         return 0
 
     def prune(self) -> int:
         """Drop alerts older than ``max_age``; return how many."""
         cutoff = self.wall() - self.max_age
-        before = len(self._mem)
-        self._mem = [e for e in self._mem if e.raised >= cutoff or e.kind == DROPPED_KIND]
-        pruned = before - len(self._mem)
+        pruned = self._memory.prune(cutoff)
         if self._db is not None:
             try:
                 cur = self._db.execute("DELETE FROM outbox WHERE raised < ? AND kind != ?",
@@ -305,14 +286,11 @@ class Outbox:
                 self._db_depth = max(0, self._db_depth - int(cur.rowcount))
         return pruned
 
-    def _seq(self, seq: int) -> int:
-        return self._renumbered.pop(seq, seq) if seq < 0 else seq
-
     def delete(self, seq: int) -> None:
         """The broker acknowledged this alert."""
-        seq = self._seq(seq)
+        seq = self._memory.current(seq, forget=True)
         if seq < 0:
-            self._mem = [e for e in self._mem if e.seq != seq]
+            self._memory.delete(seq)
             return
         if self._db is not None:
             try:
@@ -322,18 +300,14 @@ class Outbox:
             else:
                 self._db_depth = max(0, self._db_depth - 1)
                 return
-        self._acked.add(seq)
+        self._memory.acked.add(seq)
 
     def replace(self, seq: int, payload: bytes) -> bool:
         """Update an undelivered alert in place (the running ``alerts.dropped`` count)."""
-        seq = self._renumbered.get(seq, seq) if seq < 0 else seq
+        seq = self._memory.current(seq)
         if seq < 0:
-            for i, e in enumerate(self._mem):
-                if e.seq == seq:
-                    self._mem[i] = Entry(e.seq, e.id, e.kind, e.raised, payload)
-                    return True
-            return False
-        if self._db is None or seq in self._acked:
+            return self._memory.replace(seq, payload)
+        if self._db is None or seq in self._memory.acked:
             return False
         try:
             cur = self._db.execute("UPDATE outbox SET payload = ? WHERE seq = ?",
@@ -353,26 +327,28 @@ class Outbox:
         except (sqlite3.Error, OSError) as err:
             self._fail(err, "reading")
             return []
-        return [e for e in map(db_file.entry, rows) if e is not None and e.seq not in self._acked]
+        acked = self._memory.acked
+        return [e for e in map(db_file.entry, rows) if e is not None and e.seq not in acked]
 
     def oldest(self) -> Entry | None:
         rows = self._rows("SELECT seq, id, kind, raised, payload FROM outbox ORDER BY seq "
-                          "LIMIT ?", (len(self._acked) + 1,))
+                          "LIMIT ?", (len(self._memory.acked) + 1,))
         if rows:
             return rows[0]
-        return self._mem[0] if self._mem else None
+        held = self._memory.entries
+        return held[0] if held else None
 
     def latest(self, kind: str) -> Entry | None:
-        for entry in reversed(self._mem):
-            if entry.kind == kind:
-                return entry
+        held = self._memory.latest(kind)
+        if held is not None:
+            return held
         rows = self._rows("SELECT seq, id, kind, raised, payload FROM outbox WHERE kind = ? "
                           "ORDER BY seq DESC LIMIT 1", (kind,))
         return rows[0] if rows else None
 
     def entries(self) -> list[Entry]:
         return self._rows("SELECT seq, id, kind, raised, payload FROM outbox ORDER BY seq") \
-            + list(self._mem)
+            + list(self._memory.entries)
 
     def _count(self) -> int:
         if self._db is None:
@@ -386,13 +362,13 @@ class Outbox:
     def depth(self) -> int:
         """Undelivered alerts, in the database and in memory."""
         self._db_depth = self._count()
-        return max(0, self._db_depth - len(self._acked)) + len(self._mem)
+        return max(0, self._db_depth - len(self._memory.acked)) + len(self._memory.entries)
 
     # --- small durable facts (open problems, counters) ----------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        if key in self._mem_meta:
-            return self._mem_meta[key]
+        if key in self._memory.meta:
+            return self._memory.meta[key]
         if self._db is None:
             return None
         try:
@@ -403,11 +379,11 @@ class Outbox:
         return str(row[0]) if row else None
 
     def set_meta(self, key: str, value: str) -> None:
-        if self._db is not None and not self._mem_meta:
+        if self._db is not None and not self._memory.meta:
             try:
                 db_file.put_meta(self._db, key, value)
             except (sqlite3.Error, OSError) as err:
                 self._fail(err, "writing the open problems")
             else:
                 return
-        self._mem_meta[key] = value
+        self._memory.meta[key] = value

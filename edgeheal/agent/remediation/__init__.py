@@ -5,8 +5,9 @@ restart is each remedy's (:mod:`edgeheal.remedies`, a registry), and what is lef
 one job per module:
 
 - :mod:`~edgeheal.agent.remediation.flannel_actor` — the loop: read the snapshot, decide, carry out
-the
-  actions (restart through the remedy, verify the tunnel, count, alert);
+  the actions (skip, watch, the circuit; count, alert);
+- :mod:`~edgeheal.agent.remediation.attempt` — one restart: run the remedy within its bound,
+  verify the cure from the snapshot, record the attempt before and after;
 - :mod:`~edgeheal.agent.remediation.modes` — which remedy this node uses and why (``auto``
   probes the registered remedies in order), driven by the registry alone;
 - :mod:`~edgeheal.agent.remediation.history` — the persisted history, every piece of state a

@@ -6,17 +6,10 @@ waiting for the replacement, verifying the tunnel, persisting the history, telli
 is I/O. The actor reads only the published snapshot (never a check directly) and
 re-evaluates on every snapshot change and at least every second.
 
-A restart: run the remedy (which returns once the replacement pod is Ready or the unit
-active again, or raises :class:`~edgeheal.remedies.RemedyError`), bounded by the remedy's
-own limit plus :data:`RESTART_MARGIN`, then verify recovery within ``verify_timeout`` from
-the snapshot: a WireGuard result ``ok`` (fresh handshake, rx growing: the check's own
-definition) and an ``ok`` result of every tunnel-path MQTT target, each *observed after*
-the restart completed. The attempt is persisted *before* the remedy runs (an agent killed
-mid-restart still counts it) and again with its result (``recovered``, ``not_recovered``,
-``failed``, ``config_problem`` or ``dry_run``), counted in
-``edgeheal_remediations_total{ladder,action,result}`` and timed in
-``edgeheal_remediation_duration_seconds{ladder}`` (:mod:`edgeheal.agent.remediation.metrics`,
-which also exports the circuit, pause, streak and budget as gauges).
+A restart is one attempt (:mod:`~edgeheal.agent.remediation.attempt`): the remedy run
+within its bound, the cure verified from the snapshot, the attempt persisted before and
+after, counted and timed (:mod:`edgeheal.agent.remediation.metrics`, which also exports the
+circuit, pause, streak and budget as gauges).
 
 Events (alerts): ``remediation.restarted``, ``.recovered``, ``.failed``, ``.skipped``
 (once per failure episode and skip reason, not every second), ``.circuit_open``; the same
@@ -46,21 +39,19 @@ import contextlib
 import logging
 import math
 import random
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from edgeheal import remedies
-from edgeheal.agent.remediation import modes, operator
+from edgeheal.agent.remediation import attempt, modes, operator
 from edgeheal.agent.remediation.history import HISTORY_FILE, Store, Timeline, boot_id, boottime
 from edgeheal.agent.remediation.metrics import KNOWN, RESTART_RESULTS, LadderMetrics
 from edgeheal.agent.remediation.reporting import NodeReporter
-from edgeheal.base import compat
 from edgeheal.core import flannel_ladder as policy
-from edgeheal.core.flannel_ladder import Action, History, Record
+from edgeheal.core.flannel_ladder import Action, History
 from edgeheal.core.path_verdict import targets
-from edgeheal.model import Context, Event, Snapshot, State, rfc3339
-from edgeheal.remedies import Remedy, RemedyError
+from edgeheal.model import Context, Event, Snapshot, rfc3339
+from edgeheal.remedies import Remedy
 
 if TYPE_CHECKING:
     from edgeheal.base.statefile import Newer
@@ -75,13 +66,6 @@ EVALUATE_EVERY = 1.0
 """Evaluate at least this often even without a snapshot change (time-based gates)."""
 REPROBE_EVERY = 60.0
 """``auto`` with nothing found: probe again this often."""
-VERIFY_HASTEN_EVERY = 5.0
-"""While verifying a restart, ask for the checks that lack a fresh ``ok`` this often (the
-agent bounds hastened runs on its own as well)."""
-RESTART_MARGIN = 120.0
-"""Added to a remedy's own limit (its ready/job timeout) for the calls around it; a remedy
-stuck past both is abandoned and the attempt counts as failed."""
-
 
 class Remediator:
     LADDER: ClassVar[str] = "flannel"
@@ -332,7 +316,7 @@ class Remediator:
             action = Action("skip", "other_ladder", (
                 f"{action.message}: not done: the {', '.join(acting)} ladder is acting"))
         if action.kind == "restart":
-            await self._restart(action)
+            await attempt.restart(self, action)
         elif action.kind == "skip":
             if ("skip", action.reason) in self.announced:
                 return
@@ -367,115 +351,7 @@ class Remediator:
                            f"{self.SUBJECT} is healthy again; remediation circuit closed",
                            {"mode": self.mode, "circuit": "closed"})
 
-    # --- a restart -------------------------------------------------------------------------
-
-    async def _restart(self, action: Action) -> None:
-        began, wall = self.clock(), self.wall()
-        correlation = uuid.uuid4().hex[:12]
-        remedy, mode = self.remedy_for(action)
-        counted, done = self._wording(action, mode)
-        detail: dict[str, Any] = {"mode": mode, "reason": action.reason}
-        if action.dry_run or remedy is None:
-            log.warning("remediation DRY RUN: would restart %s (%s): %s", self.WHAT, mode,
-                        action.message)
-            self.restarts.labels(action=counted, result="dry_run").inc()
-            self.store(self.history.with_record(Record(
-                mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
-                result="dry_run", duration=0.0)))
-            self._emit(f"{self.KIND}.skipped", f"dry run: {action.message}",
-                       {**detail, "dry_run": True}, correlation)
-            return
-        refused = await self.before(action, detail, correlation)
-        if refused:
-            await self._apply(Action("skip", refused, f"{action.message}: not done: "
-                                     f"{refused}"))
-            return
-        self.busy = action.reason
-        log.warning("remediation: restarting %s (%s): %s", self.WHAT, mode, action.message)
-        # persisted before acting: an agent killed mid-restart still counts this attempt
-        await self.persist(self.history.with_record(Record(
-            mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
-            result="in_progress", duration=0.0)))
-        target, result = "", "failed"
-        try:
-            try:
-                async with compat.timeout(self.restart_bound(mode)):
-                    outcome = await remedy.restart()
-            except RemedyError as err:
-                result = "config_problem" if err.config_problem else "failed"
-                self._emit(f"{self.KIND}.failed", f"restart failed: {err}",
-                           {**detail, "result": result}, correlation)
-                log.error("remediation: restart failed (%s): %s", result, err)
-                return
-            except Exception as err:  # the bound struck, or a remedy's bug: never a crash loop
-                self._emit(f"{self.KIND}.failed", self._unfinished(err, mode),
-                           {**detail, "result": "failed"}, correlation)
-                return
-            target = outcome.target
-            self._emit(f"{self.KIND}.restarted", f"{done} {target}: {action.message}",
-                       {**detail, "target": target}, correlation)
-            self.reporter.event(self.NODE_EVENTS["acted"],
-                                f"edgeheal {done} {target} ({action.reason})", warning=True)
-            ready = self.clock()
-            recovered = await self._verify(ready, self.verify_timeout(mode))
-            result = "recovered" if recovered else "not_recovered"
-            if recovered:
-                self._emit(f"{self.KIND}.recovered",
-                           f"{self.SUBJECT} recovered {self.clock() - ready:.1f}s after "
-                           f"{target} was back", {**detail, "target": target}, correlation)
-                self.reporter.event(self.NODE_EVENTS["recovered"],
-                                    f"{self.SUBJECT} recovered after the restart",
-                                    warning=False)
-            else:
-                self._emit(f"{self.KIND}.failed",
-                           f"{done} {target}, but {self.SUBJECT} did not recover within "
-                           f"{self.verify_timeout(mode):g}s",
-                           {**detail, "target": target, "result": result}, correlation)
-        except asyncio.CancelledError:
-            # the agent is stopping, during the restart or while verifying it: neither
-            # cured nor failed
-            result = "interrupted"
-            raise
-        finally:
-            duration = self.clock() - began
-            self.busy = None
-            self.duration.observe(duration)
-            self.restarts.labels(action=counted, result=result).inc()
-            await self.persist(self.history.finished(Record(
-                mono=began, wall=rfc3339(wall), mode=mode, reason=action.reason,
-                result=result, duration=duration, target=target)))
-            log.info("remediation: restart %s after %.1fs (%s)", result, duration,
-                     target or "no target")
-
-    def _wording(self, action: Action, mode: str) -> tuple[str, str]:
-        """The counter's ``action`` label and the verb of the messages: ``restart`` and
-        "restarted", or the first rung's mode and "<mode>:"."""
-        if action.rung and self.LADDER == remedies.FLANNEL:
-            return action.rung, f"{mode}:"
-        return "restart", "restarted"
-
-    def _unfinished(self, err: Exception, mode: str) -> str:
-        """What a restart that ended with ``err`` (not a RemedyError) says in its alert."""
-        if isinstance(err, compat.TimeoutErrors):
-            return f"restart did not finish within {self.restart_bound(mode):g}s"
-        log.error("remediation: the %s remedy failed unexpectedly", mode, exc_info=err)
-        return (f"restart failed: unexpected {type(err).__name__} in the {mode} remedy (a "
-                "bug; see the log)")
-
-    def restart_bound(self, mode: str | None = None) -> float:
-        """An outer bound on one restart (a stuck remedy must not hang the actor): the
-        remedy's own limit from its registration, plus :data:`RESTART_MARGIN`."""
-        reg = remedies.by_mode(mode or self.mode, None)
-        regs = [reg] if reg is not None else remedies.registrations(self.LADDER)
-        return max((r.restart_bound(self.config) for r in regs), default=0.0) + RESTART_MARGIN
-
-    def verify_timeout(self, mode: str) -> float:
-        """How long to wait for the cure after ``mode``'s remedy: its own bound, else the
-        ladder's ``verify_timeout``."""
-        reg = remedies.by_mode(mode, None)
-        if reg is not None and reg.verify_bound is not None:
-            return reg.verify_bound(self.config)
-        return float(self.settings.verify_timeout)
+    # --- what a restart must cure (its steps: :mod:`~edgeheal.agent.remediation.attempt`) --
 
     def verified_by(self) -> tuple[str, ...]:
         """*ladder hook*: the checks whose fresh ``ok`` means the remedy cured."""
@@ -484,35 +360,9 @@ class Remediator:
     def cured(self, snap: Snapshot, name: str, since: float) -> bool:
         """*ladder hook*: check ``name`` shows the cure: a fresh ``ok`` result after
         ``since`` (the effective state may still be debouncing)."""
-        return _fresh_ok(snap, name, since)
-
-    async def _verify(self, since: float, within: float) -> bool:
-        """Fresh ok results for every :meth:`verified_by` check, after ``since``."""
-        deadline = since + within
-        wanted = self.verified_by()
-        asked = -math.inf
-        while self.clock() < deadline:
-            snap = self.ctx.snapshot()
-            names = [n for n in wanted if n in snap.checks]
-            if names and all(self.cured(snap, n, since) for n in names):
-                return True
-            if self.clock() - asked >= VERIFY_HASTEN_EVERY:
-                # without this a healthy-looking tunnel-path probe waits its full interval
-                # (60 s by default) before it runs after the restart: verification would
-                # take as long as verify_timeout allows, found by the lab's --field run
-                asked = self.clock()
-                for name in names:
-                    if not _fresh_ok(snap, name, since):
-                        self.ctx.hasten(name)
-            await self.ctx.changed(snap.version, self.tick)
-        return False
+        return attempt.fresh_ok(snap, name, since)
 
     def _emit(self, kind: str, message: str, detail: Mapping[str, Any],
               correlation: str = "") -> None:
         self.ctx.emit(Event(kind, message, dict(detail), correlation))
 
-
-def _fresh_ok(snap: Snapshot, name: str, since: float) -> bool:
-    status = snap.checks[name]
-    return (status.observed is not None and status.observed.state is State.OK
-            and status.last_run_mono is not None and status.last_run_mono > since)

@@ -37,8 +37,10 @@ logged, shown or kept in an error message.
 
 Modules: :mod:`~edgeheal.boundaries.mqtt.transport` (resolve, TCP, TLS and its session resumption;
 no paho), :mod:`~edgeheal.boundaries.mqtt.client` (the paho-driven session over that
-socket), :mod:`~edgeheal.boundaries.mqtt.session` (the probe, and the kept-open probe
-session the check uses: one PINGREQ per check), :mod:`~edgeheal.boundaries.mqtt.link` (the kept-open
+socket), :mod:`~edgeheal.boundaries.mqtt.endings` (what a refused CONNECT or an ended
+connection is called; no paho), :mod:`~edgeheal.boundaries.mqtt.session` (the probe, and
+the kept-open probe session the check uses: one PINGREQ per check),
+:mod:`~edgeheal.boundaries.mqtt.link` (the kept-open
 alert connection). Public API:
 :func:`probe` (one CONNECT/CONNACK/DISCONNECT), :class:`ProbeResult`, :class:`MqttError`,
 :class:`edgeheal.boundaries.mqtt.transport.TlsResumption` and

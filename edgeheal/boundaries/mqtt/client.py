@@ -17,14 +17,9 @@ sent is ``config_error`` before any traffic. Everything that goes wrong becomes 
 :class:`~edgeheal.boundaries.mqtt.MqttError` with a reason from the closed table; an unexpected
 exception in the keepalive task ends the connection as ``internal_error`` (logged).
 
-How a connection ended by the broker is also kept as :attr:`Connection.ended_by`, for the
-link's takeover count (a second client with our client id): ``session_taken_over`` is MQTT
-5's DISCONNECT reason 0x8E, the broker's own word (later Mosquitto releases send it: their
-``test/broker/01-connect-take-over.py``); ``closed_by_broker`` is a connection the broker
-closed in order (FIN) after CONNACK with no DISCONNECT, which is what Mosquitto does to the
-older of two clients with one id under MQTT 3.1.1, and what Mosquitto 2.0.11 (Debian 12's)
-does under MQTT 5 too. A broker restart looks the same, once: only a repeat means a
-takeover.
+What a refused CONNECT or a lost connection is called, and how the broker ended one
+(:attr:`Connection.ended_by`, for the link's takeover count), is
+:mod:`edgeheal.boundaries.mqtt.endings`: this module gathers the facts paho gives it.
 """
 
 from __future__ import annotations
@@ -43,25 +38,17 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from edgeheal.base import compat
-from edgeheal.boundaries.mqtt import MqttError, client_id, string_problem
+from edgeheal.boundaries.mqtt import MqttError, client_id, endings, string_problem
 from edgeheal.boundaries.mqtt.transport import FramingError, Tap, TlsResumption, open_socket, where
 from edgeheal.config import MqttTarget
 
 log = logging.getLogger("edgeheal.mqtt.client")  # the name operators grep for
 
-CONNACK_311 = {1: "unacceptable protocol version", 2: "identifier rejected",
-               3: "server unavailable", 4: "bad user name or password",
-               5: "not authorized"}
-"""MQTT 3.1.1 CONNACK return codes (paho reports them as MQTT 5 reason codes: 5 -> 135)."""
 MISC_TICK = 1.0
 """Seconds between paho ``loop_misc`` calls (keepalive PINGREQ and its deadline)."""
 _SSL_PENDING_ROUNDS = 64
 
-
-SESSION_TAKEN_OVER = 0x8E
-"""MQTT 5 DISCONNECT reason "Session taken over": another client connected with our id."""
-
-__all__ = ("CONNACK_311", "SESSION_TAKEN_OVER", "Connection", "client_id", "read_password")
+__all__ = ("Connection", "client_id", "read_password")
 
 
 def _check_strings(target: MqttTarget, node: str) -> None:
@@ -135,7 +122,8 @@ class Connection:
         self._disconnecting = False
         self.ended_by: str | None = None
         """``session_taken_over`` (MQTT 5 DISCONNECT 0x8E), ``closed_by_broker`` (the broker
-        closed the connection in order after CONNACK, with no DISCONNECT), or None."""
+        closed the connection in order after CONNACK, with no DISCONNECT), or None
+        (:mod:`~edgeheal.boundaries.mqtt.endings`)."""
 
     @property
     def byte_counts(self) -> tuple[int, int]:
@@ -297,23 +285,15 @@ class Connection:
         if self._connack.done():
             return
         if reason.is_failure:
-            self._connack.set_exception(self._refusal() or self._refused(
-                f"{reason} (code {reason.value})"))
+            self._connack.set_exception(self._refusal() or endings.refused(
+                self.target, f"{reason} (code {reason.value})"))
         else:
             self._connack.set_result(None)
 
-    def _refused(self, what: str) -> MqttError:
-        return MqttError("refused", f"{where(self.target)}: the broker refused the "
-                         f"connection: {what}; check username, password_file and the "
-                         "broker's ACL: this is a configuration problem")
-
     def _refusal(self) -> MqttError | None:
-        """An MQTT 3.1.1 CONNACK refusal, named by its own code (paho reports 5 as 135, and
-        answers 1 by retrying MQTT 3.1 over a socket it does not have)."""
+        """An MQTT 3.1.1 CONNACK refusal, named by the code the framer saw."""
         code = self._tap.framer.connack_code if self._tap is not None else None
-        if self.target.protocol == "5" or code not in CONNACK_311:
-            return None
-        return self._refused(f"{CONNACK_311[code]} (MQTT 3.1.1 code {code})")
+        return endings.refusal(self.target, code)
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any,
                        properties: Any) -> None:
@@ -321,27 +301,13 @@ class Connection:
             self._finish(None)
             return
         tap = self._tap
-        if not self._connack.done():
-            if (refusal := self._refusal()) is not None:
-                error = refusal
-            elif tap is not None and tap.rx:
-                error = MqttError("protocol_error", f"{where(self.target)}: the peer answered "
-                                  "with something that is not an MQTT CONNACK")
-            else:
-                error = MqttError("protocol_error", f"{where(self.target)}: the peer closed "
-                                  "the connection without answering CONNECT")
-        elif self._in_misc:
-            error = MqttError("timeout", f"{where(self.target)}: no answer to keepalive "
-                              f"within {self.keepalive}s")
-        elif getattr(flags, "is_disconnect_packet_from_server", False):
-            if getattr(reason, "value", None) == SESSION_TAKEN_OVER:
-                self.ended_by = "session_taken_over"
-            error = MqttError("unreachable", f"{where(self.target)}: the broker disconnected "
-                              f"us: {reason}")
-        else:
-            if tap is not None and tap.eof:
-                self.ended_by = "closed_by_broker"
-            error = MqttError("unreachable", f"{where(self.target)}: connection lost")
+        error, ended_by = endings.disconnected(
+            self.target, connack_seen=self._connack.done(),
+            connack_code=tap.framer.connack_code if tap is not None else None,
+            received=tap.rx if tap is not None else 0, eof=tap is not None and tap.eof,
+            in_keepalive=self._in_misc, keepalive=self.keepalive, flags=flags, reason=reason)
+        if ended_by is not None:
+            self.ended_by = ended_by
         self._unwatch()
         self._finish(error)
 

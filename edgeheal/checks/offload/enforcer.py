@@ -24,10 +24,11 @@ follows the ifindex through a rename (:mod:`.reconcile`); across passes, an
 ``RTM_NEWLINK`` whose ifindex we know under another name moves that interface's state,
 gauges, counters and pending drift to the new name (nothing stays under the temporary
 name); and a correction made on a link event is *recorded* (counted, logged, emitted)
-``settle`` seconds later, under the name the interface has by then, so the alert names the
-final interface; where udev runs and has not yet finished with the link (its database entry
-is written after the rename), the record waits on, ``SETTLE_MAX`` at most: a busy box
-renames late. The ioctl itself is never delayed.
+``settle`` seconds later, under the name the kernel gives its ifindex by then (an unread
+rename event does not matter), so the alert names the final interface; where udev runs
+and has not yet finished with the link (its database entry is written after the rename),
+the record waits on, ``SETTLE_MAX`` at most: a busy box renames late. The ioctl is never
+delayed.
 
 The pass is split by job: the pure plan (:mod:`.plan`: which features to switch off, the
 outcomes), one reconcile pass (:mod:`.reconcile`), the words for its results
@@ -148,6 +149,7 @@ class Enforcer:
         self.patterns, self.features, self.enforce = patterns, features, enforce
         self.settle = settle
         self._timers: set[asyncio.TimerHandle] = set()
+        self._settling_tasks: set[asyncio.Task[None]] = set()
         self.metrics = Metrics(registry) if registry is not None else None
         self._emit = emit
         self._make_source = source or _real_source
@@ -238,10 +240,30 @@ class Enforcer:
                 handle = loop.call_later(self.settle, due)  # udev has not renamed it yet
                 self._timers.add(handle)
                 return
+            if head is not None and head.ifindex and self._source is not None:
+                task = loop.create_task(self._settle_head(head.ifindex),
+                                        name="edgeheal.offload.settle")
+                self._settling_tasks.add(task)
+                task.add_done_callback(self._settling_tasks.discard)
+                return
             self._settled(1)
 
         handle = loop.call_later(self.settle, due)
         self._timers.add(handle)
+
+    async def _settle_head(self, ifindex: int) -> None:
+        """Record the oldest settling correction under the name the kernel gives its
+        ifindex now: a rename whose link event we have not read yet (a busy box) is
+        followed all the same."""
+        source, loop = self._source, asyncio.get_running_loop()
+        try:
+            now = await loop.run_in_executor(self._executor, name_of, source, ifindex) \
+                if source is not None else None
+        except (OSError, RuntimeError):  # RuntimeError: the executor is shut down
+            now = None
+        if now:
+            self.renamed(ifindex, now)
+        self._settled(1)
 
     def _settled(self, count: int) -> None:
         """Record the ``count`` oldest settling corrections (they are due in order)."""
@@ -340,6 +362,8 @@ class Enforcer:
         for handle in self._timers:
             handle.cancel()
         self._timers.clear()
+        for task in self._settling_tasks:
+            task.cancel()
         self._settled(len(self._state.settling))  # nothing made is left unrecorded
         self._executor.shutdown(wait=False, cancel_futures=True)
         source, self._source = self._source, None

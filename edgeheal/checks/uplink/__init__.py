@@ -72,20 +72,10 @@ the uplink is in trouble, so a modem that vanishes *without* taking its interfac
 on an agent that never saw it, reads ``link_down`` (or ``no_address``) until it returns:
 the price of asking ModemManager nothing while the uplink is fine.
 
-Cost: a netlink read was a dump of every link, address and route of the host (on a K3s
-node a veth per pod, the CNI's routes), parsed into pyroute2 objects; done every 10 s it
-was most of the check's CPU and warmed the allocator by 1-1.4 MB. Now it asks for the
-uplink interfaces alone (by the names sysfs listed; their addresses and main-table routes
-in strict dumps the kernel filters by index), and each run reads sysfs first
-(``/sys/class/net/<if>/``: index, operstate, flags, carrier, carrier_changes, rx/tx
-packets and bytes; a few tiny file reads) and reuses the addresses and default routes of the last
-netlink read while the uplink is *plainly fine*: the same interfaces (names and indices)
-in the same link state with no carrier change since that read, rx grown since the last
-run, the second probe (if any) answered, and that read found an interface up with an
-address and a default route. Anything else — silence starting, a link change or bounce, a
-re-created interface, a failed probe, no address or route at the last read — reads netlink
-at once, and so does every run ``REFRESH`` (60 s) after the last read: an address or route
-lost while traffic still flows shows within 60 s plus one interval.
+Cost: each run reads sysfs (a few tiny file reads) and reuses the addresses and default
+routes of the last netlink read while the uplink is plainly fine; anything else reads
+netlink at once, asking for the uplink interfaces alone, and so does every run ``REFRESH``
+(60 s) after the last read (:mod:`edgeheal.checks.uplink.interface_reader`).
 
 Failover: after each run the check records which of its interfaces carries the default
 route (:mod:`edgeheal.checks.uplink_failover`: ``detail.active``, the
@@ -111,14 +101,16 @@ import asyncio
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from edgeheal.boundaries.modemmanager.readings import Modem, ModemError
 from edgeheal.checks import Check, Registration, register
+from edgeheal.checks.uplink.interface_reader import InterfaceReader
+from edgeheal.checks.uplink.verdict import NOT_SILENCE, REASONS, Evidence, judge
 from edgeheal.checks.uplink_failover import EVENT as FAILOVER_EVENT
 from edgeheal.checks.uplink_failover import Failover
-from edgeheal.model import CheckResult, CheckStatus, Context, Event, Kind, State
+from edgeheal.model import CheckResult, CheckStatus, Context, Event, Kind
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -126,160 +118,11 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from edgeheal.boundaries.kernel.interfaces import Interface
-    from edgeheal.boundaries.modemmanager import Modem
     from edgeheal.config import CheckSettings, Config, UplinkSettings
 
 log = logging.getLogger(__name__)
 
 NAME = "uplink"
-REASONS = ("ok", "stuck", "no_coverage", "no_address", "no_route", "link_down", "silent",
-           "modem_not_ready", "modem_absent", "modem_failed", "registration_denied")
-"""Every reason the verdict gives (``edgeheal_check_reason``'s closed table)."""
-REGISTERED = frozenset({"home", "roaming"})
-"""3GPP registration states with service."""
-NOT_READY = frozenset({"failed", "unknown", "initializing", "locked", "disabled",
-                       "disabling", "enabling"})
-"""MMModemState names of a modem that is not (yet) usable: not coverage, not stuck."""
-NO_SERVICE = frozenset({"enabled", "searching"})
-"""MMModemState names of a modem that is enabled but has no network."""
-NOT_SILENCE = frozenset({"no_coverage", "link_down", "no_address", "no_route",
-                         "modem_not_ready", "modem_absent", "modem_failed",
-                         "registration_denied"})
-"""Verdicts that explain the silence: it counts towards ``stuck`` only from the end of
-the last of them, so the first run after coverage returns (the modem registered again,
-the first packet not yet in) is not ``stuck`` for the whole outage."""
-SIM_FIXES = {
-    "sim-missing": ("sim_missing", "no SIM: insert one (or select a slot that holds one)"),
-    "sim-error": ("sim_error", "the SIM is unusable (permanently locked or faulty): replace "
-                  "it or unlock it with its PUK"),
-    "esim-without-profiles": ("esim_without_profiles",
-                              "the eSIM has no profile: provision one"),
-}
-"""``StateFailedReason`` names that a person must fix at the SIM: (detail, the fix)."""
-REFRESH = 60.0
-"""Seconds the fast path may go without a netlink read: the bound on noticing a lost
-address or default route while traffic still flows (silence dumps at once)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """One run's observations (pure input of :func:`judge`)."""
-
-    interfaces: tuple[Interface, ...]
-    modem: Modem | None
-    """The uplink's modem (None: not asked, no ModemManager, or no modem)."""
-    modem_note: str
-    """Why there is no modem ("ModemManager not running: ..."), or ""."""
-    silent_for: float
-    """Seconds nothing has passed (0: traffic now)."""
-    probe: str
-    """The second probe's last answer (``ok``, ``timeout``, an errno name) or "" (none)."""
-    absent_for: float = 0.0
-    """Seconds the modem seen on the uplink has been missing (0: not missing)."""
-    absent_after: float = math.inf
-    """``[uplink] modem_absent_after``."""
-
-
-def judge(ev: Evidence, window: float) -> CheckResult:
-    """The verdict (pure; the table in the module docstring)."""
-    detail: dict[str, Any] = {
-        "interfaces": {i.name: {"oper": i.oper.lower(), "carrier": i.carrier,
-                                "addresses": len(i.addresses),
-                                "default_route": i.default_route} for i in ev.interfaces},
-        "silent_seconds": round(ev.silent_for, 1)}
-    if ev.probe:
-        detail["probe"] = ev.probe
-    m = ev.modem
-    if m is not None:
-        bearer = next((b for b in m.bearers if b.connected), None)
-        detail["modem"] = {"state": m.state, "registration": m.registration,
-                           "signal_quality": m.signal_quality,
-                           "bearer_connected": bearer is not None,
-                           "bearer_interface": bearer.interface if bearer else ""}
-        if m.state == "failed":
-            detail["modem"]["failed_reason"] = m.failed_reason
-        if m.unlock_required not in ("none", "unknown"):
-            detail["modem"]["unlock_required"] = m.unlock_required
-        if m.reject_cause:
-            detail["modem"]["reject_cause"] = m.reject_cause
-    elif ev.modem_note:
-        detail["modem"] = {"note": ev.modem_note}
-    if m is None and ev.absent_for and ev.absent_for >= ev.absent_after:
-        why = ev.modem_note or "no modem"
-        return CheckResult(State.FAILED, "modem_absent", (
-            f"the uplink's modem is gone for {ev.absent_for:.0f}s ({why}): longer than a "
-            "re-enumeration takes"), detail)
-    if m is not None:
-        early = _modem_verdict(m, detail)
-        if early is not None:
-            return early
-    if not ev.interfaces:
-        return CheckResult(State.FAILED, "link_down", "no uplink interface exists", detail)
-    up = [i for i in ev.interfaces if i.carries]
-    if not up:
-        states = ", ".join(f"{i.name} {i.oper.lower()}"
-                           + ("" if i.carrier else " no carrier") for i in ev.interfaces)
-        return CheckResult(State.FAILED, "link_down", f"uplink down ({states})", detail)
-    if m is not None:
-        if m.state in NOT_READY:
-            return CheckResult(State.UNKNOWN, "modem_not_ready",
-                               f"the modem is {m.state}", detail)
-        no_reg = bool(m.registration) and m.registration not in REGISTERED
-        if no_reg or m.state in NO_SERVICE or (m.signal_recent and m.signal_quality == 0):
-            why = (f"registration {m.registration}" if no_reg
-                   else f"modem {m.state}" if m.state in NO_SERVICE else "no signal")
-            return CheckResult(State.FAILED, "no_coverage",
-                               f"no coverage ({why}, signal {m.signal_quality}%)", detail)
-    addressed = [i for i in up if i.addresses]
-    if not addressed:
-        return CheckResult(State.FAILED, "no_address",
-                           f"{', '.join(i.name for i in up)}: no address", detail)
-    if not any(i.default_route for i in addressed):
-        return CheckResult(State.FAILED, "no_route",
-                           f"no default route through {', '.join(i.name for i in addressed)}",
-                           detail)
-    if ev.silent_for < window:
-        return CheckResult(State.OK, "ok", "the uplink carries traffic" if not ev.silent_for
-                           else f"silent for {ev.silent_for:.0f}s (stuck after "
-                           f"{window:g}s)", detail)
-    what = "the probe fails" if ev.probe else "rx flat"
-    if m is None:
-        return CheckResult(State.UNKNOWN, "silent", (
-            f"nothing passes for {ev.silent_for:.0f}s ({what}), and without the modem's "
-            f"state the agent cannot tell no coverage from a stuck modem"), detail)
-    if not any(b.connected for b in m.bearers):
-        return CheckResult(State.UNKNOWN, "silent", (
-            f"nothing passes for {ev.silent_for:.0f}s ({what}); the modem has no connected "
-            "bearer (its manager is reconnecting?)"), detail)
-    return CheckResult(State.FAILED, "stuck", (
-        f"stuck: nothing passes for {ev.silent_for:.0f}s ({what}) although the modem is "
-        f"{m.registration or m.state} with signal {m.signal_quality}% and a connected "
-        "bearer"), detail)
-
-
-def _modem_verdict(m: Modem, detail: dict[str, Any]) -> CheckResult | None:
-    """The verdicts the modem's own report decides before the link's (module docstring)."""
-    if m.state == "failed":
-        sim = SIM_FIXES.get(m.failed_reason)
-        if sim is not None:
-            detail["modem"]["not_ready"] = sim[0]
-            return CheckResult(State.UNKNOWN, "modem_not_ready",
-                               f"the modem failed: {sim[1]}", detail)
-        return CheckResult(State.FAILED, "modem_failed", (
-            f"ModemManager marks the modem failed (reason {m.failed_reason}): a firmware or "
-            "driver fault ModemManager does not recover from by itself"), detail)
-    if m.state == "locked":
-        lock = m.unlock_required if m.unlock_required not in ("none", "unknown") else "a PIN"
-        detail["modem"]["not_ready"] = "sim_locked"
-        return CheckResult(State.UNKNOWN, "modem_not_ready", (
-            f"the SIM is locked ({lock}): unlock it (`mmcli -i SIM --pin=...`, or the PIN in "
-            "the connection's settings); no rung can"), detail)
-    if m.registration == "denied":
-        cause = f", reject cause {m.reject_cause} {m.reject_name}" if m.reject_cause else ""
-        return CheckResult(State.FAILED, "registration_denied", (
-            f"the network denies registration{cause}: a SIM, subscription or plan the "
-            "operator refuses (out of credit, barred, not provisioned)"), detail)
-    return None
 
 
 def pick_modem(modems: tuple[Modem, ...], names: set[str]) -> Modem | None:
@@ -300,10 +143,9 @@ class UplinkCheck:
         self.settings: CheckSettings = settings
         self.uplink: UplinkSettings = settings
         self.ctx, self.netns = ctx, netns
-        self._sysfs = sysfs
-        """Where the fast path reads (``auto``: ``/sys/class/net``, or with ``netns`` none,
-        since another namespace's sysfs is not this process's to read; tests that mount
-        one pass it); None: no fast path."""
+        self.reader = InterfaceReader(settings.interfaces, netns=netns, sysfs=sysfs)
+        """The uplink interfaces, read cheaply (:mod:`edgeheal.checks.uplink.interface_reader`;
+        ``sysfs``: where its fast path reads)."""
         self._mm = modem_manager
         self._rx: int | None = None
         self._passed = ctx.clock()
@@ -311,13 +153,6 @@ class UplinkCheck:
         self._probe = ""
         self._explained = False
         """The last verdict explained the silence (``NOT_SILENCE``)."""
-        self._full: tuple[Interface, ...] | None = None
-        """The last netlink read (addresses and default routes come from it)."""
-        self._full_at = -math.inf
-        self._seen: tuple[tuple[Any, ...], ...] = ()
-        """sysfs's view of the links at that read: what must not have moved since."""
-        self.dumps = 0
-        """Netlink reads so far (tests and benchmarks count them)."""
         self._modem_seen = False
         """A modem was seen on the uplink since the start, or an uplink interface was
         unplugged (gone from the kernel, or back with a new index): ``modem_absent`` needs
@@ -335,40 +170,11 @@ class UplinkCheck:
                            exceeded=settings.plan_exceeded)
         """The data accounting (:mod:`edgeheal.checks.uplink.usage`): ``detail.data``."""
 
-    async def _interfaces(self, now: float) -> tuple[Interface, ...]:
-        """The uplink interfaces: from sysfs plus the last netlink read's addresses and
-        routes when nothing moved, else a fresh netlink read (see the module docstring)."""
-        # pyroute2 only with the check on
-        from edgeheal.boundaries.kernel import interfaces as ifstate
-
-        root = (None if self.netns else ifstate.SYSFS) if self._sysfs == "auto" \
-            else self._sysfs
-        fast = ifstate.links(self.uplink.interfaces, root) if root is not None else ()
-        seen = tuple((k.name, k.index, k.oper, k.admin_up, k.carrier, k.carrier_changes)
-                     for k in fast)
-        full = self._full
-        if (full is not None and fast and seen == self._seen
-                and now - self._full_at < REFRESH
-                and sum(k.rx_packets for k in fast) != self._rx
-                and self._probe in ("", "ok")
-                and any(i.carries and i.addresses and i.default_route for i in full)):
-            by_index = {i.index: i for i in full}
-            return tuple(dataclasses.replace(by_index[k.index], rx_packets=k.rx_packets,
-                                             tx_packets=k.tx_packets, rx_bytes=k.rx_bytes,
-                                             tx_bytes=k.tx_bytes) for k in fast)
-        interfaces = await ifstate.read(self.uplink.interfaces, netns=self.netns,
-                                        names=tuple(k.name for k in fast) or None)
-        self.dumps += 1
-        same = [(i.name, i.index) for i in interfaces] == [(k.name, k.index) for k in fast]
-        # sysfs of another namespace (names, indices differ) never vouches for this one
-        self._full, self._full_at, self._seen = interfaces, now, seen if same else ()
-        return interfaces
-
     async def run(self) -> CheckResult:
         from edgeheal.boundaries.kernel import interfaces as ifstate
 
         now = self.ctx.clock()
-        interfaces = await self._interfaces(now)
+        interfaces = await self.reader.read(now, rx=self._rx, probe=self._probe)
         data = self.meter.observe((i.name, i.index, i.rx_bytes, i.tx_bytes)
                                   for i in interfaces)
         indices = {i.name: i.index for i in interfaces}
@@ -443,7 +249,7 @@ class UplinkCheck:
         async with RouteListener(netns=self.netns) as events:
             self._moved()
             async for ev in events:
-                indices = {i.index for i in self._full or ()}
+                indices = {i.index for i in self.reader.full or ()}
                 if ev.route or ev.ifindex in indices or matches(ev.ifname,
                                                                 self.uplink.interfaces):
                     log.debug("uplink event %s on %s", ev.event, ev.ifname or ev.ifindex,
@@ -452,13 +258,13 @@ class UplinkCheck:
 
     def _moved(self) -> None:
         """Something moved: the next run reads netlink (not sysfs alone), and runs now."""
-        self._full = None
+        self.reader.forget()
         self.ctx.hasten(NAME)
 
     async def _modem(self, names: set[str]) -> tuple[Modem | None, str]:
         if not self.uplink.modem_manager:
             return None, ""
-        from edgeheal.boundaries.modemmanager import ModemError, ModemManager
+        from edgeheal.boundaries.modemmanager.client import ModemManager
 
         if self._mm is None:
             self._mm = ModemManager(self.uplink.dbus_address or None,

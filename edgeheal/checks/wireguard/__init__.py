@@ -77,7 +77,7 @@ the peers' reasons into one result, log lines and metrics.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from edgeheal import checks
@@ -96,11 +96,12 @@ from edgeheal.boundaries.wg.readings import (
     NoSuchDevice,
     PermissionDenied,
     WireGuardError,
-    endpoint_address,
 )
 from edgeheal.checks.wireguard.collector import PeerView, collect
+from edgeheal.checks.wireguard.egress_memo import EgressMemo
 from edgeheal.checks.wireguard.episodes import HASTEN_EVERY, HASTEN_MAX, HASTEN_VERDICTS, Episodes
 from edgeheal.checks.wireguard.peers import Conntrack, Targets, listed_peers, route_peers
+from edgeheal.checks.wireguard.switch_follower import Forget, SwitchFollower
 from edgeheal.checks.wireguard.verdict import validate, verdict
 from edgeheal.model import CheckResult, CheckStatus, Context, Kind, State
 
@@ -112,28 +113,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NAME = "wireguard"
-LEARN_RETRY = 10.0
-"""Seconds before the route lookup for an endpoint whose source address is still unknown
-is tried again (the first found no route, as when the agent starts before the modem's
-data session, or failed): without the source a later address loss reads as ``no_route``."""
-UPLINK_GONE = frozenset({"no_address", "no_route", "link_down"})
-"""Egress causes that make a busy tunnel's sudden silence a suspicion (``uplink_gone``)."""
 
 
 # --- the check --------------------------------------------------------------------------
 
 Reader = Callable[[str], Any]
 """``async (ifname) -> DeviceStats`` raising :class:`edgeheal.boundaries.wg.WireGuardError`."""
-Forget = Callable[[str, str, str], Awaitable[None]]
-"""``async (ifname, public_key, endpoint)``: make a userspace device forget the peer's
-sticky source (:mod:`edgeheal.boundaries.wg.sticky`)."""
-
-
-async def _forget_source(ifname: str, public_key: str, endpoint: str) -> None:
-    from edgeheal.boundaries.wg import UAPI_DIR
-    from edgeheal.boundaries.wg.sticky import forget_source
-
-    await forget_source(ifname, public_key, endpoint, uapi_dir=UAPI_DIR)
 
 
 class WireguardCheck:
@@ -147,16 +132,8 @@ class WireguardCheck:
                  egress: Egress | None = None, conntrack: Conntrack | None = None,
                  forget: Forget | None = None) -> None:
         self.ctx = ctx
-        self._forget = forget or _forget_source
-        self._forget_due = False
-        """The active uplink switched: re-set the watched peers' endpoints (userspace)."""
-        self._egress = egress or Egress()
-        self._sources: dict[tuple[str, str], tuple[str | None, str | None, float]] = {}
-        """(interface, peer) -> (endpoint, the source address the kernel chose for it, when
-        asked), learned once per endpoint (retried while unknown): the evidence for
-        ``no_address`` later."""
+        self._memo = EgressMemo(egress or Egress(), ctx.clock)
         self._episodes = Episodes(self._hasten_tunnel)
-        self._uplink: dict[tuple[str, str], tuple[float, dict[str, Any] | None]] = {}
         self._targets = Targets(ctx.config, ctx.clock, resolve=resolve, conntrack=conntrack)
         self.settings: CheckSettings = ctx.config.wireguard
         self._settings: WireguardSettings = ctx.config.wireguard
@@ -166,9 +143,7 @@ class WireguardCheck:
         self._history: dict[tuple[str, str], PeerHistory] = {}
         self._views: tuple[PeerView, ...] = ()
         self._reasons: dict[tuple[str, str], str] = {}
-        self._uplinks = checks.role("uplink").names(ctx.config)
-        self._active: Any = None
-        """The uplink check's last ``detail.active`` (interface, switches) seen."""
+        self._switches = SwitchFollower(ctx, self._settings, forget)
 
     # metrics ---------------------------------------------------------------------------
     def describe(self) -> list[Metric]:
@@ -203,56 +178,9 @@ class WireguardCheck:
             return every, [e.message for e in choice.unresolved], choice.targets
         return choice.watched, [], choice.targets
 
-    def _follow_uplink(self) -> None:
-        """Forget every learned source address when the active uplink switched (the
-        uplink check's ``detail.active`` in the snapshot): the next lookups learn the new
-        uplink's. The uplink check asks for this run at once after a switch."""
-        snap = self.ctx.snapshot()
-        for name in self._uplinks:
-            status = snap.checks.get(name)
-            active = status.detail.get("active") if status is not None else None
-            if not isinstance(active, Mapping):
-                continue
-            seen = (active.get("interface"), active.get("switches"))
-            if seen != self._active:
-                if self._active is not None and self._sources:
-                    log.info("active uplink now %s: re-learning the source addresses",
-                             seen[0], extra={"check": NAME})
-                    self._sources.clear()
-                    self._uplink.clear()
-                if self._active is not None and seen[0] is not None:
-                    self._forget_due = self._settings.forget_source
-                self._active = seen
-
-    async def _forget_sources(self, devices: list[DeviceStats],
-                              chosen: dict[str, set[str]]) -> None:
-        """After a switch: re-set each watched peer's endpoint on a userspace device, so
-        it stops sending from the old uplink's address (a kernel device needs nothing)."""
-        if not self._forget_due:
-            return
-        self._forget_due = False
-        for device in devices:
-            if device.reader != "uapi":
-                continue
-            peers = [p for p in device.peers
-                     if p.public_key in chosen.get(device.interface, set()) and p.endpoint]
-            done = 0
-            for p in peers:
-                try:
-                    await self._forget(device.interface, p.public_key, str(p.endpoint))
-                    done += 1
-                except WireGuardError as err:
-                    log.warning("cannot re-set peer %s's endpoint: %s", p.fingerprint, err,
-                                extra={"check": NAME, "interface": device.interface})
-            if done:
-                log.info("uplink failover: %d peer(s) on %s re-set to their endpoint, so "
-                         "the device sends from the new uplink's address", done,
-                         device.interface, extra={"check": NAME,
-                                                  "interface": device.interface})
-
     async def run(self) -> CheckResult:
         now, wall = self.ctx.clock(), self._wall()
-        self._follow_uplink()
+        self._switches.follow(self._memo)
         devices: list[DeviceStats] = []
         problems: dict[str, tuple[str, str]] = {}
         missing: list[str] = []
@@ -271,7 +199,7 @@ class WireguardCheck:
         views: list[PeerView] = []
         seen: set[tuple[str, str]] = set()
         chosen, unresolved, targets = await self._watched(devices)
-        await self._forget_sources(devices, chosen)
+        await self._switches.forget_sources(devices, chosen)
         for device in devices:
             watched = chosen.get(device.interface, set())
             for peer in device.peers:
@@ -281,16 +209,16 @@ class WireguardCheck:
                 self._history[key] = hist
                 limits = thresholds(self._settings, peer.persistent_keepalive)
                 if peer.persistent_keepalive > 0:
-                    await self._learn(key, peer.endpoint)
+                    await self._memo.learn(key, peer.endpoint)
                 reason, message = classify(hist, now, limits)
                 failure = None
                 if reason == "send_failing":
-                    failure = await self._why_not_sending(key, peer.endpoint)
+                    failure = await self._memo.why_not_sending(key, peer.endpoint)
                     message = f"{message}: {failure['cause']} ({failure['message']})"
                 suspect = suspicion(hist, now, limits)
                 if (suspect is None and reason == "ok" and peer.public_key in watched
                         and quiet_after_data(hist, now)):
-                    suspect = await self._uplink_gone(key, peer.endpoint, hist)
+                    suspect = await self._memo.uplink_gone(key, peer.endpoint, hist)
                 views.append(PeerView(
                     interface=device.interface, peer=peer.fingerprint,
                     endpoint=peer.endpoint, allowed_ips=peer.allowed_ips,
@@ -302,8 +230,7 @@ class WireguardCheck:
         for key in set(self._history) - seen:
             del self._history[key]
             self._reasons.pop(key, None)
-            self._sources.pop(key, None)
-            self._uplink.pop(key, None)
+            self._memo.drop(key)
         self._views = tuple(views)
         result = verdict(self.ctx.config, devices, views, problems=problems,
                          missing=missing, unresolved=unresolved, targets=targets)
@@ -323,42 +250,6 @@ class WireguardCheck:
         for target in self.ctx.config.mqtt.targets:
             if target.enabled and target.path == "tunnel":
                 self.ctx.hasten(target.name)
-
-    async def _learn(self, key: tuple[str, str], endpoint: str | None) -> None:
-        """Remember the source address for a new endpoint (one route lookup per endpoint,
-        none in the steady state; every :data:`LEARN_RETRY` seconds while unknown)."""
-        known = self._sources.get(key)
-        now = self.ctx.clock()
-        if known is not None and known[0] == endpoint and (
-                known[1] is not None or now - known[2] < LEARN_RETRY):
-            return
-        address = endpoint_address(endpoint)
-        source = await self._egress.learn(address) if address is not None else None
-        self._sources[key] = (endpoint, source, now)
-
-    async def _uplink_gone(self, key: tuple[str, str], endpoint: str | None,
-                           hist: PeerHistory) -> tuple[str, str] | None:
-        """A busy tunnel fell silent at once: is the uplink's address, route or link gone?
-        One rtnetlink question per silence (the answer is kept until a counter moves)."""
-        moved = max(hist.rx_grew_at, hist.tx_grew_at)
-        asked = self._uplink.get(key)
-        if asked is None or asked[0] != moved:
-            found = await self._why_not_sending(key, endpoint)
-            asked = (moved, found if found["cause"] in UPLINK_GONE else None)
-            self._uplink[key] = asked
-        if asked[1] is None:
-            return None
-        return "uplink_gone", (f"a busy tunnel fell silent and the uplink is gone: "
-                               f"{asked[1]['cause']} ({asked[1]['message']})")
-
-    async def _why_not_sending(self, key: tuple[str, str], endpoint: str | None,
-                               ) -> dict[str, Any]:
-        """The egress diagnosis of a ``send_failing`` peer (only then: rtnetlink asks)."""
-        known = self._sources.get(key)
-        found = await self._egress.diagnose(
-            endpoint_address(endpoint),
-            source=known[1] if known is not None and known[0] == endpoint else None)
-        return {"cause": found.cause, "message": found.message, **found.detail}
 
     def _log_change(self, key: tuple[str, str], view: PeerView) -> None:
         """One log line when a peer's reason changes (a new healthy peer: debug only)."""
