@@ -4,7 +4,9 @@
         --out FILE.json
 
 (root). Runs the scenario as ``edgeheal lab --scenario X --quick [--field]`` does, plus
-a TCP probe through edge-0's tunnel every 0.5 s and the collector's counters, over a fixed
+a TCP probe through edge-0's tunnel every 0.5 s and the collector's counters (and, in the
+control-path scenarios, edge-0's control path every 0.5 s: Ready, its Lease renewed, its
+InternalIP the node's; and the ``k3s-agent.service`` restarts), over a fixed
 window that starts at the scenario's fault (its first mark; for ``boot-with-offload`` the
 moment the world is built, since the fault is there from boot). Both variants of a scenario
 get the same window, so "outage seconds" and "collector messages lost" compare like for
@@ -61,9 +63,12 @@ FAULT_MARKS = {"stuck-flannel": "fault_injected", "modem-reconnect": "uplink_rec
                "nm-stuck-modem": "nm_modem_stuck", "uplink-failover": "switch_0",
                "stale-nat": "nat_renumbered", "stale-nat-restart": "nat_renumbered",
                "port-drift": "nat_forgot", "port-drift-restart": "nat_forgot",
-               "modem-drops-ip": "address_lost"}
+               "modem-drops-ip": "address_lost",
+               "agent-stuck": "agent_stuck", "node-ip-changed": "ip_changed",
+               "control-uplink-outage": "outage_start"}
 """The mark where each scenario's fault begins; absent: the fault is there from boot."""
 NO_AGENT_WAIT = 15.0
+CONTROL_EVERY = 0.5
 
 RESULT: dict[str, Any] = {}
 
@@ -78,7 +83,26 @@ class ProbedLab(Lab):
         self.wall0 = time.time() - (time.monotonic() - self.t0)
         edge = self.world.edges[0]
         self.probe = TunnelProbe(edge.ns, self.world.mqtt_port).start()
+        self.control: list[tuple[float, bool]] = []
+        """(wall, healthy) of edge-0's control path every 0.5 s, in a world with the
+        stand-in K3s agent: Ready, its Lease renewed, its InternalIP the node's."""
+        self.control_task = (asyncio.create_task(self._control(edge), name="bench.control")
+                             if self.world.k3s else None)
         ProbedLab.current = self
+
+    async def _control(self, edge: Any) -> None:
+        from edgeheal.lab.control_faults import control_healthy
+
+        while True:
+            self.control.append((time.time(), control_healthy(self, edge)))
+            await asyncio.sleep(CONTROL_EVERY)
+
+    def control_outage(self, start: float, end: float) -> float | None:
+        """Seconds of ``[start, end]`` (wall) in which the control path was not healthy."""
+        if self.control_task is None:
+            return None
+        return CONTROL_EVERY * sum(1 for w, ok in self.control if start <= w <= end
+                                   and not ok)
 
     async def until(self, predicate: Callable[[], bool], within: float, what: str) -> bool:
         if not self.world.with_agent:
@@ -99,6 +123,9 @@ def wrap(scenario: Scenario, window: float) -> Scenario:
         stats = lab.world.collector_stats(edge)
         lost = [t for t in stats.get("lost_at", []) if start_wall <= t <= end_wall]
         await lab.probe.stop()
+        if lab.control_task is not None:
+            lab.control_task.cancel()
+            await asyncio.gather(lab.control_task, return_exceptions=True)
         started = lab.marks.get("agent_started")
         doc = lab.world.status(edge) or {}
         actions = [f"{a.get('mode')}:{a.get('result')}" for a in doc.get("actions") or []
@@ -112,7 +139,10 @@ def wrap(scenario: Scenario, window: float) -> Scenario:
             "probes": sum(1 for w, _, _ in lab.probe.results if start_wall <= w <= end_wall),
             "lost": len(lost), "sent": stats.get("sent"),
             "restarts": len(lab.world.kube.deletions) if lab.world.kube else 0,
-            "actions": actions})
+            "actions": actions,
+            "control_outage_seconds": lab.control_outage(start_wall, end_wall),
+            "agent_restarts": sum(k.restarts for k in lab.world.k3s.values())
+            if lab.world.k3s else None})
         return expectations
     budget = scenario.budget + window + 120
     return dataclasses.replace(scenario, run=run, budget=budget)

@@ -306,19 +306,9 @@ def decide(view: TunnelView, history: History, now: float,
 
 def _jitter(history: History, now: float, failure: str, settings: RemediationSettings,
             rand: Callable[[], float] | None) -> Action | None:
-    """Rung 5: the episode's first restart waits its drawn fraction of ``restart_jitter``."""
-    if history.failures_in_row or settings.restart_jitter <= 0:
-        return None  # not the first restart of the episode, or no jitter configured
-    until = history.jitter_until
-    if until is None:
-        fraction = min(max(rand() if rand is not None else 0.0, 0.0), 1.0)
-        until = now + fraction * settings.restart_jitter
-    if now >= until:
-        return None
-    return Action("watch", "restart_jitter",
-                  f"{failure}: the first restart of this episode waits {until - now:.0f}s "
-                  f"more (a random part of restart_jitter {settings.restart_jitter:g}s, so "
-                  "a fleet failing at once does not restart at once)", until=until)
+    """Rung 5: the episode's first restart waits its drawn fraction of ``restart_jitter``
+    (:func:`edgeheal.core.safeguards.jittered`, shared with the control ladder)."""
+    return ladder.jittered(history, now, failure, settings.restart_jitter, rand=rand)
 
 
 def episode_over(view: TunnelView, history: History) -> History:

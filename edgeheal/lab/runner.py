@@ -262,6 +262,9 @@ class Scenario:
     """2: every edge has a second uplink (the failover scenario)."""
     carrier_nat: bool = False
     """The carriers' NAT keeps stale mappings (:mod:`edgeheal.lab.carriernat`)."""
+    k3s_agent: bool = False
+    """Every edge runs the stand-in K3s agent, its agent the control check and ladder
+    (:mod:`edgeheal.lab.k3s_agent`)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
@@ -275,7 +278,8 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
                   modem=scenario.modem, collector_payload=scenario.collector_payload,
                   agent_extra=scenario.agent_extra + (
                       "" if field else scenario.agent_extra_tuned),
-                  uplinks=scenario.uplinks, carrier_nat=scenario.carrier_nat)
+                  uplinks=scenario.uplinks, carrier_nat=scenario.carrier_nat,
+                  k3s_agent=scenario.k3s_agent)
     budget = scenario.budget * FIELD_BUDGET if field else scenario.budget
     lab: Lab | None = None
     began = time.monotonic()
