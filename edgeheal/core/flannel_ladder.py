@@ -180,6 +180,9 @@ class TunnelView:
     """The mode of the rung tried before a restart, usable on this node ("": none)."""
     uplink: State | None = None
     """The uplink check's effective state; None when absent or not run yet."""
+    awaiting: tuple[str, ...] = ()
+    """MQTT targets whose fresh result ``tunnel_mqtt_failed`` still waits for (see
+    :func:`awaiting`); while any is named, that failure is no evidence yet."""
 
     @property
     def healthy(self) -> bool:
@@ -200,8 +203,8 @@ class TunnelView:
                                                or self.wireguard_reason == SEND_FAILING):
             return f"wireguard_{self.wireguard_reason}"
         failing = [n for n, s in self.tunnel_mqtt.items() if s is State.FAILED]
-        if failing and self.direct_mqtt and all(s is State.OK
-                                                for s in self.direct_mqtt.values()):
+        if failing and self.direct_mqtt and not self.awaiting and all(
+                s is State.OK for s in self.direct_mqtt.values()):
             return "tunnel_mqtt_failed"
         return None
 
@@ -241,7 +244,35 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
         tunnel_mqtt=tunnel, direct_mqtt=direct,
         offload=off.state if off else None, offload_reason=off.reason if off else "",
         started_mono=snapshot.started_mono, booted_mono=booted_mono, fleet_hold=fleet_hold,
-        first_rung=first_rung, uplink=up.state if up else None)
+        first_rung=first_rung, uplink=up.state if up else None,
+        awaiting=awaiting(paths.statuses["tunnel"], paths.statuses["direct"], wg))
+
+
+def awaiting(tunnel: Mapping[str, CheckStatus], direct: Mapping[str, CheckStatus],
+             wireguard: CheckStatus | None) -> tuple[str, ...]:
+    """The targets a tunnel-path failure waits to hear from again before it is evidence
+    (pure). A direct-path target whose last run began before the tunnel-path failure was
+    declared, or whose raw result is not ok (its debounce still shows ok): an uplink that
+    drops fails the tunnel-path probe a moment before the direct one, and that is no
+    Flannel fault (seen in the lab's modem-drops-ip, 0.1 s apart). A failing tunnel-path
+    target whose last run began before WireGuard was ok again: its timeout may be from
+    the tunnel's roaming (node-ip-changed). Empty when nothing fails on the tunnel path."""
+    failing = {n: s for n, s in tunnel.items() if s.state is State.FAILED}
+    if not failing:
+        return ()
+    declared = max(s.since_mono for s in failing.values())
+    stale = [n for n, s in direct.items() if _began(s) < declared
+             or (s.observed is not None and s.observed.state is not State.OK)]
+    if wireguard is not None and wireguard.state is State.OK:
+        stale += [n for n, s in failing.items() if _began(s) < wireguard.since_mono]
+    return tuple(sorted(stale))
+
+
+def _began(status: CheckStatus) -> float:
+    """When the status's last run began (monotonic; -inf: never ran)."""
+    if status.last_run_mono is None:
+        return -math.inf
+    return status.last_run_mono - (status.last_duration or 0.0)
 
 
 def decide(view: TunnelView, history: History, now: float,
