@@ -28,7 +28,9 @@ The ladder (first matching rule wins):
 3. a *failed* tunnel: WireGuard ``failed`` with reason ``stalled``/``dead``/
    ``never_connected`` (or ``no_peers``/``interface_missing``: Flannel lost the peers or
    the device it manages, which a restart rebuilds), ``send_failing``, or a tunnel-path
-   MQTT target ``failed`` while every direct-path target is ``ok``. Anything else
+   MQTT target ``failed`` while every direct-path target is ``ok`` in a run begun after
+   that failure (and the failing target ran since WireGuard was last ok again: see
+   :func:`awaiting`; the actor hastens what it waits for). Anything else
    (``unknown``, not yet measured) is no evidence: no action.
 3b. ``send_failing`` (the device cannot send: a keepalive was due and did not leave) is
    never a restart, whatever the safeguards say; the check's ``detail.cause`` decides the
