@@ -230,8 +230,8 @@ def tree(cache: Path, mirror: str | None = None) -> Path:
 # --- the run -------------------------------------------------------------------------------------
 
 def run_tests(cache: Path, pytest_args: Sequence[str], *, markers: str, workers: int,
-              timeout: float) -> int:
-    """The fast tier in the chroot; pytest's exit status."""
+              timeout: float, capture: bool = False) -> subprocess.CompletedProcess[str]:
+    """The fast tier in the chroot: pytest's exit status (and its output, if captured)."""
     began = time.monotonic()
     root = tree(cache)
     packages = site(cache)
@@ -252,10 +252,11 @@ def run_tests(cache: Path, pytest_args: Sequence[str], *, markers: str, workers:
     print("arm64 chroot: " + shlex.join(inside[inside.index("/usr/bin/python3"):]), flush=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{WORK}-") as work:
         done = namespaced(Path(work), root, inside, net=True, overlay=True,
-                          binds=((bed.CHECKOUT, "/src"), (packages, "/site")), timeout=timeout)
+                          binds=((bed.CHECKOUT, "/src"), (packages, "/site")), timeout=timeout,
+                          capture=capture)
     print(f"arm64 chroot: pytest exit {done.returncode} after "
           f"{time.monotonic() - began - prepared:.0f} s", flush=True)
-    return done.returncode
+    return done
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -278,7 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers = int(os.environ.get("EDGEHEAL_TEST_WORKERS") or
                       len(os.sched_getaffinity(0)))
         timeout = float(os.environ.get("EDGEHEAL_TEST_ARM64_UNIT_TIMEOUT", "10800"))
-        return run_tests(cache, args, markers=markers, workers=workers, timeout=timeout)
+        return run_tests(cache, args, markers=markers, workers=workers,
+                         timeout=timeout).returncode
     except bed.BedError as err:
         print(f"scripts/test --arm64-unit: {err}", file=sys.stderr)
         return 1
