@@ -82,6 +82,9 @@ DEV_EXCLUDED = re.compile(r"(edgeheal|ruff|mypy|import-linter)\b")
 the self-reference brings the extras :func:`tests.qemu.arm64.requirements` lists)."""
 MAP_TIMEOUT = 10.0
 """How long ``unshare`` may take to make its user namespace (s)."""
+PTH = f"/usr/local/lib/python{arm64.PYTHON}/dist-packages/edgeheal-test.pth"
+"""Puts ``/src`` and ``/site`` on the path of every Python in the chroot, also of a test's
+child started with an empty environment (as the dev venv's editable install does)."""
 WORK = "chroot-run"
 """The cache's directory of the runs' overlays (one per run, removed after it)."""
 
@@ -133,6 +136,10 @@ else
   cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 fi
 mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+if [ -n "${PTH:-}" ]; then  # the binds on every Python's path, as an editable install would
+  mkdir -p "$root${PTH%/*}"
+  printf '%s\n' $PTH_LINES > "$root$PTH"
+fi
 while [ "$1" != -- ]; do
   mkdir -p "$root$2"
   mount --bind "$1" "$root$2"
@@ -253,7 +260,7 @@ def run_tests(cache: Path, pytest_args: Sequence[str], *, markers: str, workers:
     with tempfile.TemporaryDirectory(dir=cache, prefix=f"{WORK}-") as work:
         done = namespaced(Path(work), root, inside, net=True, overlay=True,
                           binds=((bed.CHECKOUT, "/src"), (packages, "/site")), timeout=timeout,
-                          capture=capture)
+                          capture=capture, env={"PTH": PTH, "PTH_LINES": "/src /site"})
     print(f"arm64 chroot: pytest exit {done.returncode} after "
           f"{time.monotonic() - began - prepared:.0f} s", flush=True)
     return done
