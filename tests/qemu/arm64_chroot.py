@@ -167,14 +167,15 @@ def namespaced(work: Path, tree: Path, argv: Sequence[str], *, net: bool, overla
     work.mkdir(parents=True, exist_ok=True)
     read, write = os.pipe()
     flags = ["--user", "--mount", "--pid", "--fork", "--kill-child", *(["--net"] if net else [])]
-    wait = f'read -r _ <&{read} && exec {read}<&- && exec sh -eu "$0" "$@"'
+    # stdin is the go-ahead (dash cannot name a descriptor above 9), then /dev/null
+    wait = 'read -r _ && exec sh -eu "$0" "$@" </dev/null'
     (work / "enter.sh").write_text(ENTER)
     bound = [w for src, dst in binds for w in (str(src), dst)]
     env = {**os.environ, **(env or {}), "BINFMT": BINFMT.format(interpreter=qemu)}
     proc = subprocess.Popen(
         ["unshare", *flags, "--", "sh", "-c", wait, str(work / "enter.sh"), str(work),
          str(tree), str(qemu), str(int(net)), str(int(overlay)), *bound, "--", *argv],
-        pass_fds=(read,), env=env, text=True, start_new_session=True,
+        stdin=read, env=env, text=True, start_new_session=True,
         stdout=subprocess.PIPE if capture else None, stderr=subprocess.STDOUT if capture
         else None)
     os.close(read)
