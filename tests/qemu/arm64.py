@@ -6,7 +6,8 @@ built on this (amd64) machine without running one arm64 instruction, then booted
   the required ones; the rest (the kernel, Python, the tools: :data:`PACKAGES`) are unpacked
   here the way debootstrap's first stage does it (``dpkg-deb --fsys-tarfile | tar
   --keep-directory-symlink``, merged /usr kept). No maintainer script runs (they are arm64
-  programs; this machine has no qemu-user binfmt, and registering one is a host-wide change):
+  programs; :mod:`tests.qemu.arm64_chroot` runs them under qemu-user for its chroot, which
+  takes ~10 min that the guest does not need):
   what the guest needs of them is done here -- the users and groups base-passwd's preinst
   writes, two alternatives (``awk``, ``which``), mosquitto's user, and ``depmod`` (the host's
   kmod reads arm64 modules; the kernel's postinst would run it). The guest needs nothing else
