@@ -42,10 +42,6 @@ UNRUNNABLE: dict[str, str] = {
         "qemu-user (7.2) has no generic netlink: socket(AF_NETLINK, NETLINK_GENERIC) fails "
         "with EPROTONOSUPPORT before the kernel is asked (the arm64 guest proves this error "
         "on an arm64 kernel)",
-    "tests/lab/test_sandbox_cleanup.py::test_a_spawned_process_dies_with_a_killed_owner":
-        "kills the owner as soon as Popen returns; emulated, the child's setpriv has not yet "
-        "set its death signal then (seen: killed at once the sleep survives, 2 s later it "
-        "dies), a race natively microseconds wide (reported; edgeheal/lab/netns.py spawn)",
 }
 """What the fast tier cannot run under qemu-user, each with its reason."""
 
