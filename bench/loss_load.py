@@ -190,7 +190,7 @@ def summarize(ready: list[tuple[float, int, Any]], status: list[tuple[float, int
     for code in codes:
         run_len = run_len + 1 if code != 200 else 0
         longest = max(longest, run_len)
-    episodes = []
+    episodes: list[dict[str, Any]] = []
     for m, _, doc in bad:
         if not episodes or m - episodes[-1]["last"] > 0.6:
             near = min(status, key=lambda r: abs(r[0] - m), default=None)
