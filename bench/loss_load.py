@@ -21,7 +21,9 @@ kubelet's view); the 2 s figure is every 8th of those samples (a kubelet probing
 check, which state, which reason); ``/status`` is sampled every 0.5 s beside it, so the
 raw result waiting behind a debounce (``observed``) is kept too. The load average is
 recorded at the start and end of each phase: the machine is shared, and its own load is
-part of "a loaded box". ``--keep DIR`` copies the agent's log (debug level) there.
+part of "a loaded box". ``--pin CPU`` puts the agent, wireguard-go, the collector and the
+busy processes on that one CPU (the load right beside them). ``--keep DIR`` copies the
+agent's log (debug level) there.
 """
 
 from __future__ import annotations
@@ -136,8 +138,18 @@ def lose(world: BenchWorld, edge: Edge, percent: int | None) -> int:
     return dropped
 
 
-def busy(count: int, seconds: float) -> list[subprocess.Popen[bytes]]:
-    cpus = sorted(os.sched_getaffinity(0))
+def pin(edge: Edge, cpu: int) -> list[int]:
+    """Pin the edge's agent, wireguard-go and collector (every thread) to ``cpu``."""
+    pids = [int(p.pid) for p in (edge.agent, edge.wg_process, edge.collector)
+            if p is not None and p.poll() is None]
+    for pid in pids:
+        run(["taskset", "-a", "-p", "-c", str(cpu), str(pid)])
+    return pids
+
+
+def busy(count: int, seconds: float, cpu: int | None = None,
+         ) -> list[subprocess.Popen[bytes]]:
+    cpus = sorted(os.sched_getaffinity(0)) if cpu is None else [cpu]
     pin = shutil.which("taskset")
     procs = []
     for i in range(count):
@@ -217,7 +229,7 @@ def summarize(ready: list[tuple[float, int, Any]], status: list[tuple[float, int
 
 
 async def phase(world: BenchWorld, edge: Edge, pollers: tuple[Poller, Poller], *, loss: int,
-                seconds: float, n_busy: int) -> dict[str, Any]:
+                seconds: float, n_busy: int, cpu: int | None) -> dict[str, Any]:
     """One loss level: wait for a ready edge, hold loss and load, lift both."""
     ready, status = pollers
     began = time.monotonic()
@@ -230,7 +242,7 @@ async def phase(world: BenchWorld, edge: Edge, pollers: tuple[Poller, Poller], *
     t0 = time.monotonic()
     if loss:
         await asyncio.to_thread(lose, world, edge, loss)
-    procs = busy(n_busy, seconds + 5)
+    procs = busy(n_busy, seconds + 5, cpu)
     try:
         await asyncio.sleep(seconds)
     finally:
@@ -254,11 +266,12 @@ def keep_log(world: BenchWorld, keep: Path, setting: str) -> None:
 
 
 async def measure(workdir: Path, *, setting: str, losses: list[int], seconds: float,
-                  n_busy: int, keep: Path | None) -> dict[str, Any]:
+                  n_busy: int, keep: Path | None, cpu: int | None) -> dict[str, Any]:
     world = LogWorld(workdir, edges=1, agent=True, offload_on_at_boot=False, enforce=False,
                      field=setting == "field")
     out: dict[str, Any] = {"setting": setting, "keepalive": world.keepalive,
                            "seconds": seconds, "busy": n_busy, "cpus": os.cpu_count(),
+                           "pinned": cpu,
                            "phases": [], "load_start": labkit.loadavg()}
     pollers: tuple[Poller, Poller] | None = None
     try:
@@ -275,9 +288,11 @@ async def measure(workdir: Path, *, setting: str, losses: list[int], seconds: fl
             await asyncio.sleep(0.5)
         else:
             raise TimeoutError("the agent did not pass its grace")
+        if cpu is not None:
+            out["pinned_pids"] = await asyncio.to_thread(pin, edge, cpu)
         for loss in losses:
             out["phases"].append(await phase(world, edge, pollers, loss=loss, seconds=seconds,
-                                             n_busy=n_busy))
+                                             n_busy=n_busy, cpu=cpu))
     finally:
         for poller in pollers or ():
             await poller.stop()
@@ -300,6 +315,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=180.0)
     parser.add_argument("--busy", type=int, default=2,
                         help="CPU-bound processes beside the agent during each phase")
+    parser.add_argument("--pin", type=int, default=None, metavar="CPU",
+                        help="pin the agent, wireguard-go, the collector and the busy "
+                        "processes to this one CPU (the load beside them, not elsewhere)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="copy the agent's debug log into this directory")
     args = parser.parse_args()
@@ -313,7 +331,7 @@ def main() -> int:
         parser.error("--seconds must be 1-3600 and --busy 0-16")
     return labkit.run_bench("loss-load", lambda w: measure(
         w, setting=args.setting, losses=losses, seconds=args.seconds, n_busy=args.busy,
-        keep=args.keep), args.out)
+        keep=args.keep, cpu=args.pin), args.out)
 
 
 if __name__ == "__main__":
