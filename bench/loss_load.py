@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -49,7 +50,7 @@ from labkit import BenchWorld
 
 from edgeheal.lab import nsutil
 from edgeheal.lab.netns import run
-from edgeheal.lab.world import AGENT_PORT, Edge
+from edgeheal.lab.world import AGENT_PORT, BROKER_CLUSTER_IP, Edge
 
 GRACE = {"lab": 35.0, "field": 100.0}
 """Agent uptime before the first phase: past startup_grace and uplink_settle."""
@@ -62,6 +63,30 @@ BUSY = (
     "while time.monotonic() < end:\n"
     "    n += 1\n")
 """One CPU-bound process that ends by itself (bounded in time)."""
+SIDE_PROBE = r"""
+import asyncio, json, sys, time
+from edgeheal.boundaries.mqtt.session import Session
+from edgeheal.config import MqttTarget
+host, port, seconds, period = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+
+async def main():
+    target = MqttTarget(name="side", host=host, port=port, path="tunnel")
+    session = Session(target, "side-probe")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        began = time.monotonic()
+        r = await session.check()
+        print(json.dumps({"t": began, "took": time.monotonic() - began, "reason": r.reason,
+                          "ping": r.ping_seconds, "connects": session.connects}), flush=True)
+        await asyncio.sleep(max(0.0, period - (time.monotonic() - began)))
+    await session.close()
+
+asyncio.run(main())
+"""
+"""``--side-probes``: the agent's own probe session (shipped target defaults: 4 s timeout,
+the 1 s ping grace, a reconnect in what is left) run every ``period`` from inside the edge
+through the tunnel, beside the agent's, so the chance that one probe fails under loss
+and load is measured over hundreds of tries instead of the agent's three a phase."""
 
 
 class LogWorld(BenchWorld):
@@ -229,7 +254,7 @@ def summarize(ready: list[tuple[float, int, Any]], status: list[tuple[float, int
 
 
 async def phase(world: BenchWorld, edge: Edge, pollers: tuple[Poller, Poller], *, loss: int,
-                seconds: float, n_busy: int, cpu: int | None) -> dict[str, Any]:
+                seconds: float, n_busy: int, cpu: int | None, side: float) -> dict[str, Any]:
     """One loss level: wait for a ready edge, hold loss and load, lift both."""
     ready, status = pollers
     began = time.monotonic()
@@ -243,6 +268,11 @@ async def phase(world: BenchWorld, edge: Edge, pollers: tuple[Poller, Poller], *
     if loss:
         await asyncio.to_thread(lose, world, edge, loss)
     procs = busy(n_busy, seconds + 5, cpu)
+    side_log = edge.workdir / f"side-{loss}.jsonl"
+    if side:
+        procs.append(world.sandbox.spawn(
+            [sys.executable, "-c", SIDE_PROBE, BROKER_CLUSTER_IP, str(world.mqtt_port),
+             str(seconds - 5), str(side)], ns=edge.ns, log_path=side_log))
     try:
         await asyncio.sleep(seconds)
     finally:
@@ -252,11 +282,34 @@ async def phase(world: BenchWorld, edge: Edge, pollers: tuple[Poller, Poller], *
     out = {"loss": loss, "dropped_packets": dropped, "load_start": load0,
            "load_end": labkit.loadavg(),
            **summarize(ready.since(t0, t1), status.since(t0, t1), t0)}
+    if side:
+        out["side_probes"] = side_figures(side_log)
     print(f"loss {loss} %: {out['not_ready']}/{out['samples']} not ready "
           f"(2 s: {out['not_ready_2s']}/{out['samples_2s']}), {out['reasons']}, "
           f"raw {out['raw_not_ok_seen']}, {dropped} packets dropped, "
-          f"load {load0} -> {out['load_end']}", flush=True)
+          f"load {load0} -> {out['load_end']}; side probes {out.get('side_probes')}",
+          flush=True)
     return out
+
+
+def side_figures(path: Path) -> dict[str, Any]:
+    rows = []
+    for line in path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            rows.append(json.loads(line))
+    rows = [r for r in rows if isinstance(r, dict) and "reason" in r]
+    failed = [r for r in rows if r["reason"] != "ok"]
+    pairs = sum(1 for a, b in itertools.pairwise(rows)
+                if a["reason"] != "ok" and b["reason"] != "ok")
+    took = [float(r["took"]) for r in rows]
+    pings = [float(r["ping"]) for r in rows if r.get("ping") is not None]
+    return {"probes": len(rows), "failed": len(failed),
+            "reasons": dict(Counter(r["reason"] for r in failed)),
+            "failed_twice_in_row": pairs,
+            "reconnects": (rows[-1]["connects"] - 1) if rows else 0,
+            "took_p50": labkit.percentile(took, 50), "took_p99": labkit.percentile(took, 99),
+            "took_max": max(took, default=None),
+            "pings_over_half_grace": sum(1 for p in pings if p > 0.5)}
 
 
 def keep_log(world: BenchWorld, keep: Path, setting: str) -> None:
@@ -266,7 +319,8 @@ def keep_log(world: BenchWorld, keep: Path, setting: str) -> None:
 
 
 async def measure(workdir: Path, *, setting: str, losses: list[int], seconds: float,
-                  n_busy: int, keep: Path | None, cpu: int | None) -> dict[str, Any]:
+                  n_busy: int, keep: Path | None, cpu: int | None, side: float,
+                  ) -> dict[str, Any]:
     world = LogWorld(workdir, edges=1, agent=True, offload_on_at_boot=False, enforce=False,
                      field=setting == "field")
     out: dict[str, Any] = {"setting": setting, "keepalive": world.keepalive,
@@ -292,7 +346,7 @@ async def measure(workdir: Path, *, setting: str, losses: list[int], seconds: fl
             out["pinned_pids"] = await asyncio.to_thread(pin, edge, cpu)
         for loss in losses:
             out["phases"].append(await phase(world, edge, pollers, loss=loss, seconds=seconds,
-                                             n_busy=n_busy, cpu=cpu))
+                                             n_busy=n_busy, cpu=cpu, side=side))
     finally:
         for poller in pollers or ():
             await poller.stop()
@@ -318,6 +372,9 @@ def main() -> int:
     parser.add_argument("--pin", type=int, default=None, metavar="CPU",
                         help="pin the agent, wireguard-go, the collector and the busy "
                         "processes to this one CPU (the load beside them, not elsewhere)")
+    parser.add_argument("--side-probes", type=float, default=0.0, metavar="PERIOD",
+                        help="also run the agent's probe session through the tunnel every "
+                        "PERIOD seconds (0: not)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="copy the agent's debug log into this directory")
     args = parser.parse_args()
@@ -331,7 +388,7 @@ def main() -> int:
         parser.error("--seconds must be 1-3600 and --busy 0-16")
     return labkit.run_bench("loss-load", lambda w: measure(
         w, setting=args.setting, losses=losses, seconds=args.seconds, n_busy=args.busy,
-        keep=args.keep, cpu=args.pin), args.out)
+        keep=args.keep, cpu=args.pin, side=args.side_probes), args.out)
 
 
 if __name__ == "__main__":
