@@ -1,7 +1,9 @@
 """Readiness under random loss on a busy box, at the shipped defaults (issue 27, item 9).
 
     python bench/loss_load.py --out FILE.json [--losses 0,5,10,20] [--seconds 180]
-                              [--busy N] [--setting field|lab] [--keep DIR]
+                              [--busy N] [--pin CPU] [--side-probes S] [--setting field|lab]
+                              [--keep DIR]
+    python bench/loss_load.py render FILE.json[=COMMAND] ... [--doc docs/benchmarks.md]
 
 One lab world (``edgeheal lab --field``'s with ``--setting field``: K = 25 s, userspace
 WireGuard, the agent on its shipped defaults; remediation off, offload enforcement off so
@@ -360,7 +362,80 @@ async def measure(workdir: Path, *, setting: str, losses: list[int], seconds: fl
     return out
 
 
+# --- the section of docs/benchmarks.md ----------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- loss-load:begin -->", "<!-- loss-load:end -->"
+
+
+def render(runs: list[tuple[str, dict[str, Any]]]) -> str:
+    """The section: one row per loss level of each run (``runs``: command, result)."""
+    lines = [BEGIN, "## Readiness under random loss on a busy box (issue 27, item 9)", "",
+             "`python bench/loss_load.py` (module docstring): one lab world at the shipped "
+             "defaults (`edgeheal lab --field`: K = 25 s, userspace WireGuard, remediation "
+             "off), per loss level 3 minutes of random loss on the uplink, both ways, with "
+             "CPU-bound processes beside the agent; `/readyz` asked every 0.25 s (the 2 s "
+             "column: every 8th answer). *Raw not ok*: results of a required check that "
+             "were not ok while its effective state was (waiting behind `fail_after`), "
+             "from `/status` every 0.5 s. *Side probes*: the agent's own probe session "
+             "(shipped target defaults) through the tunnel every second beside it: failed "
+             "/ tried, twice in a row, slowest.", "",
+             "| run | loss | busy | load (1 min) start -> end | dropped packets | 503 / "
+             "samples | 503 / samples (2 s) | longest 503 | raw not ok | side probes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for n, (_, doc) in enumerate(runs, 1):
+        where = (f"{doc['busy']}, pinned with the agent to CPU {doc['pinned']}"
+                 if doc.get("pinned") is not None else f"{doc['busy']}")
+        for ph in doc.get("phases") or []:
+            side = ph.get("side_probes")
+            side_text = (f"{side['failed']} / {side['probes']}, {side['failed_twice_in_row']}, "
+                         f"{side['took_max']:.2f} s" if side else "\u2013")
+            raw = ", ".join(f"{k} x{v}" for k, v in ph["raw_not_ok_seen"].items()) or "none"
+            lines.append(
+                f"| {n} | {ph['loss']} % | {where} | {ph['load_start'][0]} -> "
+                f"{ph['load_end'][0]} | {ph['dropped_packets']} | {ph['not_ready']} / "
+                f"{ph['samples']} | {ph['not_ready_2s']} / {ph['samples_2s']} | "
+                f"{ph['longest_not_ready_seconds']:g} s | {raw} | {side_text} |")
+    reasons = sorted({r for _, doc in runs for ph in doc.get("phases") or []
+                      for r in ph["reasons"]})
+    lines += ["", "Reasons named by the 503s: " + (", ".join(reasons) or "none") + ".", "",
+              "Commands:", "", "```", *(cmd for cmd, _ in runs), "```", END]
+    return "\n".join(lines)
+
+
+def splice(doc: Path, section: str) -> None:
+    """Put the section into ``doc`` between its markers (appended the first time)."""
+    text = doc.read_text(encoding="utf-8")
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    doc.write_text(text, encoding="utf-8")
+
+
+def main_render(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bench/loss_load.py render")
+    parser.add_argument("results", nargs="+", type=Path,
+                        help="result files, each optionally FILE=COMMAND")
+    parser.add_argument("--doc", type=Path, default=DOC)
+    args = parser.parse_args(argv)
+    runs = []
+    for item in args.results:
+        path, _, command = str(item).partition("=")
+        doc = json.loads(Path(path).read_text())
+        if not doc.get("ok"):
+            parser.error(f"{path}: not a finished run ({doc.get('error')})")
+        runs.append((command or "python bench/loss_load.py", doc))
+    section = render(runs)
+    splice(args.doc, section)
+    print(section)
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["render"]:
+        return main_render(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--setting", choices=("lab", "field"), default="field")
