@@ -379,7 +379,8 @@ def render(runs: list[tuple[str, dict[str, Any]]]) -> str:
              "were not ok while its effective state was (waiting behind `fail_after`), "
              "from `/status` every 0.5 s. *Side probes*: the agent's own probe session "
              "(shipped target defaults) through the tunnel every second beside it: failed "
-             "/ tried, twice in a row, slowest.", "",
+             "/ tried, failed twice in a row, sessions made again inside a probe (a ping "
+             "past its 1 s grace), slowest probe (the deadline is 3.6 s).", "",
              "| run | loss | busy | load (1 min) start -> end | dropped packets | 503 / "
              "samples | 503 / samples (2 s) | longest 503 | raw not ok | side probes |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -389,7 +390,8 @@ def render(runs: list[tuple[str, dict[str, Any]]]) -> str:
         for ph in doc.get("phases") or []:
             side = ph.get("side_probes")
             side_text = (f"{side['failed']} / {side['probes']}, {side['failed_twice_in_row']}, "
-                         f"{side['took_max']:.2f} s" if side else "\u2013")
+                         f"{side['reconnects']}, {side['took_max']:.2f} s" if side
+                         else "\u2013")
             raw = ", ".join(f"{k} x{v}" for k, v in ph["raw_not_ok_seen"].items()) or "none"
             lines.append(
                 f"| {n} | {ph['loss']} % | {where} | {ph['load_start'][0]} -> "
