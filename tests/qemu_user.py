@@ -42,10 +42,6 @@ UNRUNNABLE: dict[str, str] = {
         "qemu-user (7.2) has no generic netlink: socket(AF_NETLINK, NETLINK_GENERIC) fails "
         "with EPROTONOSUPPORT before the kernel is asked (the arm64 guest proves this error "
         "on an arm64 kernel)",
-    "tests/lab/test_sandbox_cleanup.py::test_a_spawned_process_dies_with_a_killed_owner":
-        "Sandbox.spawn waits until /proc/PID/exe is no longer setpriv before it returns; "
-        "under binfmt_misc that link names the emulator from the start, so the test kills "
-        "the owner before the emulated setpriv has set its death signal and the sleep lives",
 }
 """What the fast tier cannot run under qemu-user, each with its reason."""
 
