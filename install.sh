@@ -159,6 +159,28 @@ else
 fi
 ln -sf "$PREFIX/bin/edgeheal" "$BIN"
 
+# the fast tier as arm64 code (scripts/test --arm64-unit, docs/testbed.md): Debian's static
+# qemu-aarch64, unpacked from qemu-user-static into $PREFIX/libexec rather than installed:
+# the package's /usr/lib/binfmt.d entries would be registered for the whole host on a
+# systemd machine (at install and every boot); the tests register it in a user namespace
+if [ "$dev" -eq 1 ]; then
+  qemu_user=$PREFIX/libexec/qemu-aarch64-static
+  want=$(apt-cache policy qemu-user-static 2>/dev/null | sed -n 's/^ *Candidate: //p')
+  if [ -n "$wheelhouse" ] && [ ! -x "$qemu_user" ]; then
+    say "offline install: no $qemu_user (scripts/test --arm64-unit needs it)"
+  elif [ -z "$wheelhouse" ] && { [ ! -x "$qemu_user" ] ||
+       [ "$(cat "$qemu_user.version" 2>/dev/null)" != "$want" ]; }; then
+    say "unpacking qemu-aarch64-static from qemu-user-static $want into $PREFIX/libexec"
+    qtmp=$(mktemp -d)
+    (cd "$qtmp" && apt-get download -q qemu-user-static >/dev/null 2>&1) ||
+      { apt-get update -q && (cd "$qtmp" && apt-get download -q qemu-user-static); }
+    dpkg-deb -x "$qtmp"/qemu-user-static_*.deb "$qtmp/root"
+    install -D -m 0755 "$qtmp/root/usr/bin/qemu-aarch64-static" "$qemu_user"
+    echo "$want" > "$qemu_user.version"
+    rm -rf "$qtmp"
+  fi
+fi
+
 # --- user, units, config ---------------------------------------------------------------
 if ! id edgeheal >/dev/null 2>&1; then
   useradd --system --home-dir "$STATE_DIR" --no-create-home --shell /usr/sbin/nologin edgeheal

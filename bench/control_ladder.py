@@ -40,9 +40,10 @@ from edgeheal.lab.systemd_bus import FakeSystemd, start_system_bus
 
 NODE = "edge-bench"
 AGENT = "k3s-agent.service"
-LAB = {"renew": 0.2, "duration": 2, "check": '"1s"', "spacing": '"5s"', "act_after": '"0s"'}
+LAB = {"renew": 0.2, "duration": 2, "check": '"1s"', "spacing": '"5s"', "act_after": '"0s"',
+       "jitter": '"0s"'}
 DEFAULTS = {"renew": 10.0, "duration": 40, "check": '"10s"', "spacing": '"20s"',
-            "act_after": '"60s"'}
+            "act_after": '"60s"', "jitter": '"30s"'}
 
 
 def free_port() -> int:
@@ -120,6 +121,7 @@ retry_interval = {settings["check"]}
 api_spacing = {settings["spacing"]}
 [remediation]
 mode = "none"
+restart_jitter = {settings["jitter"]}
 [remediation.control]
 enabled = {"true" if ladder else "false"}
 act_after = {settings["act_after"]}

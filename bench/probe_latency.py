@@ -15,6 +15,19 @@ shows in full), ``--probes`` times per load:
 - ``fsync``: every fsync of the outbox and the history takes 2 s (simulated where the
   agent calls it, as in ``tests/hardening/test_slow_disk_probes.py``); an alert is raised
   and the history saved every 0.5 s.
+- ``broker-flood``: the agent's alert connection goes to a real Mosquitto on loopback,
+  with the fleet hold on (``[fleet] hold = true``: its one subscription, so the broker
+  may send it PUBLISH at all), and ``mosquitto_pub -l`` publishes a hold message the
+  agent must refuse (no ``until``) on that topic as fast as it can: every one is read,
+  framed, parsed and refused on the agent's loop, and logged through the agent's own
+  rate-limited stderr handler (:func:`edgeheal.base.log.setup`, as ``edgeheal run``
+  sets it up). The count heard is reported.
+- ``api-45mb``: the agent's Kubernetes client (:class:`edgeheal.boundaries.kube.KubeClient`,
+  the one the pod remedy lists with), on the agent's loop, lists the Flannel pods back to
+  back from the lab's API stand-in (:class:`edgeheal.lab.kubeapi.FakeKube`, in a child
+  process so its own JSON making is not charged to the agent), which answers each list
+  with 42,000 pods in one 45 MB answer (``crowd(paged=False)``): read up to the 4 MiB cap,
+  then refused. Then ``api-paged``: 60,000 pods, ``limit`` honoured (60 pages parsed).
 
 The probe path has no setting: the shipped defaults and the lab's tuning differ only in
 check cadences, which this does not exercise. Figures: p50, p99 and max in milliseconds.
@@ -25,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import gc
 import os
 import sys
@@ -53,6 +67,30 @@ from tests.hardening.test_scrape_flood_probes import SCRAPERS
 from tests.support import Clock, context
 
 FSYNC = 2.0
+HOLD_REFUSED = b'{"reason": "flood"}'
+"""A hold message without ``until``: framed and parsed, then refused (never obeyed)."""
+KUBE_CHILD = r"""
+import asyncio, sys
+from pathlib import Path
+from edgeheal.lab.kubeapi import FakeKube
+workdir, pods, paged = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "paged"
+
+async def main():
+    api = FakeKube()
+    api.add_node("edge-test")
+    api.add_node("edge-2")
+    api.add_daemonset("kube-flannel", "kube-flannel-ds", {"app": "flannel"})
+    await api.start()
+    creds = api.add_user("system:serviceaccount:kube-flannel:edgeheal-edge-test")
+    api.allow_agent(creds.user, "kube-flannel")
+    api.crowd(pods, paged=paged)
+    api.write_kubeconfig(workdir / "kubeconfig", creds)
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await api.close()
+
+asyncio.run(main())
+"""
 
 
 class Check:
@@ -101,11 +139,36 @@ def figures(took: list[float]) -> dict[str, Any]:
 
 
 async def measure(workdir: Path, probes: int, peers: int) -> dict[str, Any]:
+    from edgeheal.base import log
+    from edgeheal.lab.mosquitto import Mosquitto
+    from edgeheal.lab.netns import Sandbox
+
+    log.setup("info")  # the agent's handler: what a flood of refusals costs it
+    with Sandbox() as sandbox:
+        broker = Mosquitto(sandbox, workdir)
+        broker.start()
+        return await _measure(workdir, probes, peers, broker)
+
+
+async def _measure(workdir: Path, probes: int, peers: int, broker: Any) -> dict[str, Any]:
     import aiohttp
 
+    from edgeheal.boundaries.mqtt.link import Link
+
+    heard = [0]
+    real_heard = Link._heard
+
+    def counting(self: Link, payload: bytes) -> None:
+        heard[0] += 1
+        real_heard(self, payload)
+
+    Link._heard = counting  # type: ignore[method-assign]
     collector, result = await mesh(peers)
-    cfg = config.loads_generic(f'[agent]\nstate_dir = "{workdir}/state"\nnode_name = "edge-test"\n'
-                       '[http]\nlisten = ["127.0.0.1:0"]\n')
+    cfg = config.loads_generic(
+        f'[agent]\nstate_dir = "{workdir}/state"\nnode_name = "edge-test"\n'
+        '[http]\nlisten = ["127.0.0.1:0"]\n'
+        f'[[mqtt.targets]]\nname = "broker"\nhost = "127.0.0.1"\nport = {broker.port}\n'
+        '[alerts]\ntarget = "broker"\n[fleet]\nhold = true\n')
     agent = Agent(cfg, checks=[
         Check("fast", CheckSettings(interval=1.0, required=True), CheckResult(State.OK, "ok")),
         Check("mesh", CheckSettings(interval=1.0, required=False), result)])
@@ -136,12 +199,112 @@ async def measure(workdir: Path, probes: int, peers: int) -> dict[str, Any]:
                     await scrapers.wait()
             out["scrape"]["renders"] = agent.http_runner.app[http.RENDER].renders
             out["fsync"] = figures(await slow_disk(agent, workdir, session, url, probes))
+            out["broker-flood"] = await broker_flood(agent, broker, session, url,
+                                                     probes=probes, heard=heard)
+            for name, pods, paged in (("api-45mb", 42_000, False), ("api-paged", 60_000, True)):
+                out[name] = await api_answers(workdir / name, session, url, probes,
+                                              pods=pods, paged=paged)
     finally:
+        Link._heard = real_heard  # type: ignore[method-assign]
         agent.stop_event.set()
         async with compat.timeout(10):
             await task
     out["loadavg_end"] = labkit.loadavg()
     return out
+
+
+async def broker_flood(agent: Agent, broker: Any, session: Any, url: str, *, probes: int,
+                       heard: list[int]) -> dict[str, Any]:
+    """``mosquitto_pub -l`` publishes the refused hold message as fast as it can, for as
+    long as the probes take (its input is a pipe kept full)."""
+    link = agent.alert_link
+    assert link is not None
+    async with compat.timeout(20):
+        while not link.state.up:
+            await link.wait_change()
+    topic = f"{agent.config.alerts.topic_prefix}/fleet/hold"
+    pub = await asyncio.create_subprocess_exec(
+        "mosquitto_pub", "-h", "127.0.0.1", "-p", str(broker.port), "-t", topic, "-l",
+        "-q", "0", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    stop = asyncio.Event()
+
+    async def feed() -> None:
+        assert pub.stdin is not None
+        block = (HOLD_REFUSED + b"\n") * 2000
+        with contextlib.suppress(ConnectionError):
+            while not stop.is_set():
+                pub.stdin.write(block)
+                await pub.stdin.drain()
+
+    before, connects = heard[0], link.state.connects
+    feeder = asyncio.create_task(feed())
+    try:
+        await asyncio.sleep(1.0)  # the flood under way
+        began, start = time.monotonic(), heard[0]
+        took = await probe(session, url, probes)
+        rate = (heard[0] - start) / (time.monotonic() - began)
+    finally:
+        stop.set()
+        feeder.cancel()
+        await asyncio.gather(feeder, return_exceptions=True)
+        if pub.returncode is None:
+            pub.kill()
+        await pub.wait()
+    return {**figures(took), "heard": heard[0] - before, "per_second": round(rate),
+            "reconnects": link.state.connects - connects}
+
+
+async def api_answers(workdir: Path, session: Any, url: str, probes: int, *, pods: int,
+                      paged: bool) -> dict[str, Any]:
+    """The agent's Kubernetes client lists pods back to back while ``/readyz`` is asked."""
+    from edgeheal.boundaries.kube import KubeClient, KubeError
+    from edgeheal.config import KubernetesSettings
+
+    await asyncio.to_thread(workdir.mkdir, parents=True)
+    api = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", KUBE_CHILD, str(workdir), str(pods),
+        "paged" if paged else "one", stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE)
+    lists: dict[str, Any] = {"lists": 0, "refused": 0, "error": ""}
+    try:
+        assert api.stdout is not None
+        async with compat.timeout(60):
+            line = await api.stdout.readline()
+        if line.strip() != b"ready":
+            raise RuntimeError(f"the API stand-in did not start: {line!r}")
+        kube = KubeClient(KubernetesSettings(kubeconfig=str(workdir / "kubeconfig"),
+                                             request_timeout=30.0, retries=0))
+        stop = asyncio.Event()
+
+        async def lister() -> None:
+            while not stop.is_set():
+                try:
+                    await kube.list_pods("kube-flannel", "app=flannel", "edge-test")
+                except KubeError as err:
+                    lists["refused"] += 1
+                    lists["error"] = str(err)[:160]
+                lists["lists"] += 1
+
+        task = asyncio.create_task(lister())
+        try:
+            await asyncio.sleep(1.0)
+            took = await probe(session, url, probes)
+        finally:
+            stop.set()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await kube.close()
+    finally:
+        if api.stdin is not None:
+            api.stdin.close()
+        try:
+            async with compat.timeout(10):
+                await api.wait()
+        except compat.TimeoutErrors:
+            api.kill()
+            await api.wait()
+    return {**figures(took), **lists}
 
 
 async def slow_disk(agent: Agent, workdir: Path, session: Any, url: str,

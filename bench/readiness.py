@@ -1,6 +1,7 @@
 """Detection and readiness latency per fault, at the lab's tuning and the shipped defaults.
 
     python bench/readiness.py all [--quick]      # every world at once -> docs/benchmarks.md
+                                                 # (with loss x load: bench/loss_load.py)
     python bench/readiness.py SETTING FAULT[,FAULT...] --repeats N --out FILE.json
     python bench/readiness.py SETTING bytes --out FILE.json [--window S] [--fault-window S]
 
@@ -310,6 +311,10 @@ def jobs(quick: bool) -> list[tuple[str, list[str]]]:
             for setting in ("lab", "field")]
     out.append(("field-bytes", ["field", "bytes", "--window", "60" if quick else "300",
                                 "--fault-window", "30" if quick else "120"]))
+    # loss x load at the shipped defaults (bench/loss_load.py: its own section)
+    out.append(("field-loss", ["loss_load.py", "--losses", "10" if quick else "0,5,10,20",
+                               "--seconds", "60" if quick else "180", "--busy", "2",
+                               "--side-probes", "1"]))
     return out
 
 
@@ -325,10 +330,13 @@ async def run_all(quick: bool, tmp: Path) -> dict[str, Any]:
 
     async def one(name: str, args: list[str]) -> None:
         out = tmp / f"{name}.json"
-        res["commands"].append(" ".join(["python bench/readiness.py", *args]))
+        script, args = ((Path(__file__).with_name(args[0]), args[1:])
+                        if args[0].endswith(".py") else (Path(__file__), args))
+        res["commands"].append(" ".join([f"python bench/{script.name}", *args]))
         with (tmp / f"{name}.log").open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, __file__, *args, "--out", str(out), stdout=log, stderr=log)
+                sys.executable, str(script), *args, "--out", str(out), stdout=log,
+                stderr=log)
         procs.append(proc)
         code = await proc.wait()
         print(f"done {name} (exit {code}, {time.monotonic() - began:.0f}s)", flush=True)
@@ -500,6 +508,12 @@ def main_all(argv: list[str]) -> int:
     section = render(res)
     splice(args.doc, section)
     print(section)
+    loss = res["results"].get("field-loss") or {}
+    if loss.get("ok"):
+        import loss_load
+
+        command = next(c for c in res["commands"] if "loss_load.py" in c)
+        loss_load.splice(args.doc, loss_load.render([(command, loss)]))
     return 0
 
 

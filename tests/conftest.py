@@ -8,11 +8,13 @@ test that makes its namespaces or daemons by hand marks its module (``pytestmark
 tier (``scripts/test --fast``, ``EDGEHEAL_TEST_TIER=fast``) deselects them and then checks the
 marking: there a test that starts a daemon, a VM or a root-only program fails, naming the
 marker it lacks, and a test that skips fails too (a skip there is a test that needed what the
-tier leaves out)."""
+tier leaves out). ``scripts/test --arm64-unit`` runs the fast tier as arm64 code under
+qemu-user (:mod:`tests.qemu_user`)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import subprocess
@@ -25,7 +27,7 @@ from hypothesis import settings
 
 from edgeheal.lab import netns
 from edgeheal.lab.netns import Sandbox
-from tests import skipguard
+from tests import qemu_user, skipguard
 
 CI_ALLOWED_SKIPS: dict[str, str] = {
     # node id (without parameters: an entry covers every parametrization) -> why CI may skip it
@@ -82,6 +84,8 @@ IP_WRITES = {"add", "del", "delete", "set", "exec", "attach", "change", "replace
 
 def pytest_configure(config: pytest.Config) -> None:
     skipguard.install(config, CI_ALLOWED_SKIPS)
+    if qemu_user.active():  # scripts/test --arm64-unit: what qemu-user cannot run, deselected
+        config.pluginmanager.register(qemu_user.QemuUserTier(), "edgeheal-qemu-user")
     if FAST_TIER:
         if (not hasattr(config, "workerinput")
                 and not config.pluginmanager.has_plugin("edgeheal-skip-guard")):
@@ -171,6 +175,18 @@ def sandbox() -> Iterator[Sandbox]:
         yield box
     finally:
         box.close()
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored() -> Iterator[None]:
+    """A test that runs the CLI in this process installs the agent's stderr handler on the
+    stream pytest captured for that test; later tests would log to a closed file ("---
+    Logging error ---"). Put the root logger's handlers and level back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(autouse=True)

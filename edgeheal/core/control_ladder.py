@@ -21,7 +21,12 @@ never while another ladder is acting.
    restart**.
 3. any other verdict that is not healable (``unknown``: confirming, the API unreadable,
    forbidden; not measured yet): nothing.
-4. the shared :func:`edgeheal.core.safeguards.held`: ``paused``, ``circuit_open``.
+4. the shared :func:`edgeheal.core.safeguards.held`: ``paused``, ``circuit_open``; then
+   ``fleet_hold``: a valid fleet-wide hold (``[fleet] hold``, the view's ``fleet_hold``)
+   holds, as it holds the Flannel ladder. A fault on the server's side (a K3s server
+   restarted or overloaded, its load balancer) stales every node's Lease at once with
+   each node's direct handshake fine: N agent restarts against a server already in
+   trouble, none of which can cure it.
 5. ``path_down``: a direct-path MQTT target is failed, or the uplink check is failed — the
    agent's trouble may be the path's, which the check's handshake may have missed
    between its reads.
@@ -30,7 +35,13 @@ never while another ladder is acting.
    ``not_ready_window``; a node coming back from an outage turns Ready by itself).
 8. the shared :func:`edgeheal.core.safeguards.throttled`: ``open_circuit``,
    ``startup_grace``, ``cooldown``, ``budget_exhausted``.
-9. otherwise ``restart`` (``rung`` empty: the actor's one remedy, the K3s unit's restart
+9. the shared :func:`edgeheal.core.safeguards.jittered`: the episode's first restart
+   (no restart in a row yet) waits a random part of ``restart_jitter``, drawn once from the
+   caller's random source (``rand``) when it is first due (``watch`` ``restart_jitter``
+   with ``until``; the actor keeps it in the history); after every other gate, so none of
+   them lines the fleet up again. An ``ok`` check ends the episode's wait
+   (:func:`episode_over`).
+10. otherwise ``restart`` (``rung`` empty: the actor's one remedy, the K3s unit's restart
    over D-Bus that the registry provides); for ``balancer_stuck`` the action's ``reason``
    tells the actor to clear the agent's load-balancer state first.
 
@@ -40,7 +51,7 @@ Pure: no I/O, no clock; ``now`` is the agent's monotonic clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -56,8 +67,9 @@ if TYPE_CHECKING:
 NOT_READY = "not_ready"
 CLEAR_BALANCER = frozenset({"balancer_stuck"})
 """Verdicts whose restart clears the agent's load-balancer state file first."""
-WORDING = Wording(attempts="agent restarts", subject="the control path")
-SKIP_REASONS = ("server_unreachable", "paused", "circuit_open", "path_down",
+WORDING = Wording(attempts="agent restarts", subject="the control path",
+                  attempt="agent restart", act="restart its agent")
+SKIP_REASONS = ("server_unreachable", "paused", "circuit_open", "fleet_hold", "path_down",
                 "other_ladder", "verdict_window", "startup_grace", "cooldown",
                 "budget_exhausted")
 """Every ``skip`` reason :func:`decide` gives (a test keeps it in step with the source)."""
@@ -75,6 +87,9 @@ class ControlLimits:
     max_per_hour: int = 2
     startup_grace: float = 300.0
     give_up_after: int = 3
+    restart_jitter: float = 30.0
+    """The first restart of an episode waits a random part of this (``[remediation]
+    restart_jitter``, shared with the Flannel ladder); 0: no wait."""
     dry_run: bool = False
 
 
@@ -94,13 +109,15 @@ class ControlView:
     """The uplink check's effective state (None: no uplink check)."""
     busy: tuple[str, ...] = ()
     """The other ladders acting now (the caller asks their actors)."""
+    fleet_hold: str = ""
+    """A fleet hold that holds now, as people read it ("" when none)."""
     started_mono: float = 0.0
     booted_mono: float = -math.inf
 
 
 def view_of(snapshot: Snapshot, config: Config, *, busy: tuple[str, ...] = (),
             booted_mono: float = -math.inf, reason_since: float = -math.inf,
-            ) -> ControlView:
+            fleet_hold: str = "") -> ControlView:
     """Project a snapshot onto what the decision reads (pure); ``reason_since`` as in
     :func:`edgeheal.core.uplink_ladder.view_of`."""
     reg = checks.role("control")
@@ -117,12 +134,13 @@ def view_of(snapshot: Snapshot, config: Config, *, busy: tuple[str, ...] = (),
         healable=reg.vocabulary.get("healable", frozenset()),
         direct_mqtt=by_path(snapshot, config).states("direct"),
         uplink=uplink.state if uplink is not None else None, busy=busy,
-        started_mono=snapshot.started_mono, booted_mono=booted_mono)
+        fleet_hold=fleet_hold, started_mono=snapshot.started_mono, booted_mono=booted_mono)
 
 
-def decide(view: ControlView, history: History, now: float,
-           limits: ControlLimits) -> list[Action]:
-    """The decision. Pure: same inputs, same answer; no I/O, no clock."""
+def decide(view: ControlView, history: History, now: float, limits: ControlLimits, *,
+           rand: Callable[[], float] | None = None) -> list[Action]:
+    """The decision. Pure: same inputs, same answer; no I/O, no clock. ``rand`` is the
+    random source of ``restart_jitter`` (a float in [0, 1)); None draws 0: no wait."""
     shared = Limits(limits.cooldown, limits.max_per_hour, limits.startup_grace,
                     limits.give_up_after)
     if view.control is State.OK:
@@ -142,6 +160,10 @@ def decide(view: ControlView, history: History, now: float,
     held = ladder.held(history, now, failure, WORDING)
     if held is not None:
         return [held]
+    if view.fleet_hold:
+        return [Action("skip", "fleet_hold", (
+            f"{failure}: fleet hold ({view.fleet_hold}): no node restarts its K3s agent "
+            "until it is released or expires"))]
     down = [n for n, s in view.direct_mqtt.items() if s is State.FAILED]
     if down or view.uplink is State.FAILED:
         what = ", ".join(down) if down else "the uplink check"
@@ -162,8 +184,17 @@ def decide(view: ControlView, history: History, now: float,
                                  booted_mono=view.booted_mono, wording=WORDING)
     if throttled is not None:
         return [throttled]
+    waiting = ladder.jittered(history, now, failure, limits.restart_jitter, rand=rand,
+                              wording=WORDING)
+    if waiting is not None:
+        return [waiting]
     verb = "would restart" if limits.dry_run else "restarting"
     extra = " (clearing its load-balancer state first)" if view.reason in CLEAR_BALANCER \
         else ""
     return [Action("restart", failure, f"{failure}: {verb} the K3s agent{extra}",
                    dry_run=limits.dry_run)]
+
+
+def episode_over(view: ControlView, history: History) -> History:
+    """An ``ok`` control check ends the episode: a drawn restart wait no longer applies."""
+    return history.waiting_until(None) if view.control is State.OK else history

@@ -28,7 +28,9 @@ The ladder (first matching rule wins):
 3. a *failed* tunnel: WireGuard ``failed`` with reason ``stalled``/``dead``/
    ``never_connected`` (or ``no_peers``/``interface_missing``: Flannel lost the peers or
    the device it manages, which a restart rebuilds), ``send_failing``, or a tunnel-path
-   MQTT target ``failed`` while every direct-path target is ``ok``. Anything else
+   MQTT target ``failed`` while every direct-path target is ``ok`` in a run begun after
+   that failure (and the failing target ran since WireGuard was last ok again: see
+   :func:`awaiting`; the actor hastens what it waits for). Anything else
    (``unknown``, not yet measured) is no evidence: no action.
 3b. ``send_failing`` (the device cannot send: a keepalive was due and did not leave) is
    never a restart, whatever the safeguards say; the check's ``detail.cause`` decides the
@@ -180,6 +182,9 @@ class TunnelView:
     """The mode of the rung tried before a restart, usable on this node ("": none)."""
     uplink: State | None = None
     """The uplink check's effective state; None when absent or not run yet."""
+    awaiting: tuple[str, ...] = ()
+    """MQTT targets whose fresh result ``tunnel_mqtt_failed`` still waits for (see
+    :func:`awaiting`); while any is named, that failure is no evidence yet."""
 
     @property
     def healthy(self) -> bool:
@@ -200,8 +205,8 @@ class TunnelView:
                                                or self.wireguard_reason == SEND_FAILING):
             return f"wireguard_{self.wireguard_reason}"
         failing = [n for n, s in self.tunnel_mqtt.items() if s is State.FAILED]
-        if failing and self.direct_mqtt and all(s is State.OK
-                                                for s in self.direct_mqtt.values()):
+        if failing and self.direct_mqtt and not self.awaiting and all(
+                s is State.OK for s in self.direct_mqtt.values()):
             return "tunnel_mqtt_failed"
         return None
 
@@ -241,7 +246,35 @@ def view_of(snapshot: Snapshot, config: Config, *, mode: str,
         tunnel_mqtt=tunnel, direct_mqtt=direct,
         offload=off.state if off else None, offload_reason=off.reason if off else "",
         started_mono=snapshot.started_mono, booted_mono=booted_mono, fleet_hold=fleet_hold,
-        first_rung=first_rung, uplink=up.state if up else None)
+        first_rung=first_rung, uplink=up.state if up else None,
+        awaiting=awaiting(paths.statuses["tunnel"], paths.statuses["direct"], wg))
+
+
+def awaiting(tunnel: Mapping[str, CheckStatus], direct: Mapping[str, CheckStatus],
+             wireguard: CheckStatus | None) -> tuple[str, ...]:
+    """The targets a tunnel-path failure waits to hear from again before it is evidence
+    (pure). A direct-path target whose last run began before the tunnel-path failure was
+    declared, or whose raw result is not ok (its debounce still shows ok): an uplink that
+    drops fails the tunnel-path probe a moment before the direct one, and that is no
+    Flannel fault (seen in the lab's modem-drops-ip, 0.1 s apart). A failing tunnel-path
+    target whose last run began before WireGuard was ok again: its timeout may be from
+    the tunnel's roaming (node-ip-changed). Empty when nothing fails on the tunnel path."""
+    failing = {n: s for n, s in tunnel.items() if s.state is State.FAILED}
+    if not failing:
+        return ()
+    declared = max(s.since_mono for s in failing.values())
+    stale = [n for n, s in direct.items() if _began(s) < declared
+             or (s.observed is not None and s.observed.state is not State.OK)]
+    if wireguard is not None and wireguard.state is State.OK:
+        stale += [n for n, s in failing.items() if _began(s) < wireguard.since_mono]
+    return tuple(sorted(stale))
+
+
+def _began(status: CheckStatus) -> float:
+    """When the status's last run began (monotonic; -inf: never ran)."""
+    if status.last_run_mono is None:
+        return -math.inf
+    return status.last_run_mono - (status.last_duration or 0.0)
 
 
 def decide(view: TunnelView, history: History, now: float,
@@ -306,19 +339,9 @@ def decide(view: TunnelView, history: History, now: float,
 
 def _jitter(history: History, now: float, failure: str, settings: RemediationSettings,
             rand: Callable[[], float] | None) -> Action | None:
-    """Rung 5: the episode's first restart waits its drawn fraction of ``restart_jitter``."""
-    if history.failures_in_row or settings.restart_jitter <= 0:
-        return None  # not the first restart of the episode, or no jitter configured
-    until = history.jitter_until
-    if until is None:
-        fraction = min(max(rand() if rand is not None else 0.0, 0.0), 1.0)
-        until = now + fraction * settings.restart_jitter
-    if now >= until:
-        return None
-    return Action("watch", "restart_jitter",
-                  f"{failure}: the first restart of this episode waits {until - now:.0f}s "
-                  f"more (a random part of restart_jitter {settings.restart_jitter:g}s, so "
-                  "a fleet failing at once does not restart at once)", until=until)
+    """Rung 5: the episode's first restart waits its drawn fraction of ``restart_jitter``
+    (:func:`edgeheal.core.safeguards.jittered`, shared with the control ladder)."""
+    return ladder.jittered(history, now, failure, settings.restart_jitter, rand=rand)
 
 
 def episode_over(view: TunnelView, history: History) -> History:

@@ -20,7 +20,10 @@ them (Flannel's order is unchanged from before this module existed):
 - :func:`held` — an operator ``paused`` the ladder, or the ``circuit_open``: nothing the
   evidence says matters, a human has the last word;
 - :func:`throttled` — ``open_circuit`` (``give_up_after`` attempts in a row did not cure),
-  ``startup_grace``, ``cooldown``, ``budget_exhausted``.
+  ``startup_grace``, ``cooldown``, ``budget_exhausted``;
+- :func:`jittered` — after every gate, the first attempt of an episode waits a random
+  part of ``restart_jitter`` (the Flannel and the control ladders: a fault on the hub's or
+  the server's side reaches every node in the same second).
 
 Pure: no I/O, no clock; ``now`` is the agent's monotonic clock and every time in the
 :class:`History` is on that timeline (None for an earlier boot's entry).
@@ -29,7 +32,7 @@ Pure: no I/O, no clock; ``now`` is the agent's monotonic clock and every time in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
@@ -191,6 +194,10 @@ class Wording:
 
     attempts: str = "restarts"
     subject: str = "the tunnel"
+    attempt: str = "restart"
+    """One attempt (the restart jitter's message)."""
+    act: str = "restart"
+    """The verb of an attempt (the restart jitter's message)."""
 
 
 FLANNEL = Wording()
@@ -249,6 +256,30 @@ def throttled(history: History, now: float, failure: str, limits: Limits, *,
                       f"{failure}: {len(recent)} {wording.attempts} in the last hour (max "
                       f"{limits.max_per_hour}); next in {WINDOW - (now - oldest):.0f}s")
     return None
+
+
+def jittered(history: History, now: float, failure: str, jitter: float, *,
+             rand: Callable[[], float] | None, wording: Wording = FLANNEL) -> Action | None:
+    """The episode's first attempt waits its drawn fraction of ``jitter`` (``watch``
+    ``restart_jitter`` with :attr:`Action.until`), else None: the attempt may go ahead.
+
+    Drawn once per episode from ``rand`` (a float in [0, 1); None draws 0: no wait) when
+    the attempt is first due and kept in :attr:`History.jitter_until` by the actor; not
+    for a later attempt of the same episode (``failures_in_row``: ``cooldown`` spaces
+    those), nor with ``jitter`` 0. Each ladder calls it after every other gate, so no gate
+    lines a fleet that failed in the same second up again."""
+    if history.failures_in_row or jitter <= 0:
+        return None  # not the first attempt of the episode, or no jitter configured
+    until = history.jitter_until
+    if until is None:
+        fraction = min(max(rand() if rand is not None else 0.0, 0.0), 1.0)
+        until = now + fraction * jitter
+    if now >= until:
+        return None
+    return Action("watch", "restart_jitter",
+                  f"{failure}: the first {wording.attempt} of this episode waits "
+                  f"{until - now:.0f}s more (a random part of restart_jitter {jitter:g}s, "
+                  f"so a fleet failing at once does not {wording.act} at once)", until=until)
 
 
 def budget_left(history: History, now: float, limits: Limits) -> int:

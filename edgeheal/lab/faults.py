@@ -1,11 +1,13 @@
 """The faults the lab's scenarios inject into a :class:`~edgeheal.lab.world.World`: what a
 carrier, a modem or a neighbour does to an edge (offload back on, a re-enumerated uplink, a
-lost carrier or address, a moved public address, an outage, a shrunk path MTU, loss, a
-black hole, a powered-off node), each the commands a real network would see. A mixin of
-``World``: it needs only the world's sandbox and the cloud's namespace and device."""
+lost carrier or address, a moved public address, a NAT's drifting ports, an outage, a
+shrunk path MTU, loss, a black hole, a powered-off node), each the commands a real network
+would see. A mixin of ``World``: it needs only the world's sandbox, the relays and the
+cloud's namespace and device."""
 
 from __future__ import annotations
 
+import signal
 from typing import TYPE_CHECKING
 
 from edgeheal.lab.netns import LabError, Sandbox, run, stop_process
@@ -22,6 +24,7 @@ class Faults:
     sandbox: Sandbox
     cloud: str
     cloud_wg: str
+    cloud_public: str
 
     def set_uplink_offload(self, edge: Edge, on: bool) -> None:
         run(["ethtool", "-K", edge.uplink, "tx", "on" if on else "off"], ns=edge.ns)
@@ -77,6 +80,29 @@ class Faults:
         from edgeheal.lab import carriernat
 
         return carriernat.mappings(edge, edge.cloud_ip, WG_PORT)
+
+    def nat_drift(self, edge: Edge, step: str) -> None:
+        """Port drift at the carrier's NAT (the relay, :mod:`edgeheal.lab.faultynic`):
+        ``remap`` the edge's flow to a new random public port, forgetting the old one;
+        ``drift`` the cloud's side of the flow to a random port as the edge sees it;
+        ``forget`` the drifted mappings (flannel-io/flannel#1770's dead pair)."""
+        signals = {"remap": signal.SIGUSR1, "drift": signal.SIGUSR2, "forget": signal.SIGHUP}
+        if step not in signals:
+            raise LabError(f"nat_drift: unknown step {step!r} (one of {', '.join(signals)})")
+        if edge.relay is None or edge.relay.poll() is not None:
+            raise LabError(f"{edge.name}: the carrier's relay is not running")
+        edge.relay.send_signal(signals[step])
+
+    def edge_endpoint(self, edge: Edge) -> str:
+        """Where the edge sends its tunnel packets for the cloud (configured, or learned
+        by roaming)."""
+        out = run(["wg", "show", edge.wg_ifname, "endpoints"], ns=edge.ns,
+                  check=False).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition("\t")
+            if key == self.cloud_public:
+                return value.strip()
+        return ""
 
     def listen_port(self, edge: Edge) -> int:
         """The edge's WireGuard listen port, as ``wg show`` says."""

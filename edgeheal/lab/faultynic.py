@@ -16,6 +16,17 @@ the cloud sees the edge at a new endpoint and learns it by WireGuard's roaming (
 authenticated packet), as in the field. The same source keeps its mapping, whatever
 happens behind it: a Flannel restart re-creates the device on port 51820, same flow.
 
+Port drift (flannel-io/flannel#1770: both nodes of a pair see each other at a random
+port, not 51820, and stop talking until a Flannel pod is deleted), three signals, each the
+NAT's own doing: ``SIGUSR1`` re-maps the edge's flow to a new random public port and
+forgets the old one (what the cloud still sends there is dropped, as a NAT drops what
+matches no mapping); ``SIGUSR2`` moves the cloud's side of the flow to a random port too
+(the edge now sees the cloud's packets come from ``--listen``'s address and a random port,
+and roams to it: a NAT in front of the hub, as for 1770's node pairs); ``SIGHUP`` forgets
+the drifted mappings (expired, or the NAT restarted): both ends now send to random ports
+that nothing forwards. Packets to ``--listen`` (the port the edge is configured with) still
+get a fresh mapping on the next one.
+
 Why a relay and not an nftables rule in the edge: on veth, a packet sent while TX offload is
 on reaches the peer as CHECKSUM_PARTIAL and is never verified, so ``udp checksum set`` in
 the edge has no effect exactly when offload is on. A datagram sent from a raw socket with a
@@ -129,7 +140,19 @@ def relay(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one event loop, 
         sock.connect((uhost, int(uport)))
         return sock
 
-    cloud_side = mapping(int(lport))
+    sel = selectors.DefaultSelector()
+
+    def open_mapping(port: int = 0) -> socket.socket:
+        sock = mapping(port)
+        sel.register(sock, selectors.EVENT_READ, "cloud")
+        return sock
+
+    cloud_side: socket.socket | None = open_mapping(int(lport))
+    to_edge = edge_side
+    """Where the cloud's packets reach the edge from (``edge_side``, or a drifted port)."""
+    stale: set[socket.socket] = set()
+    """Mappings the NAT forgot: what arrives on them is dropped."""
+
     raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
     events = Path(args.events).open("a", buffering=1, encoding="utf-8")  # noqa: SIM115
 
@@ -137,19 +160,42 @@ def relay(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one event loop, 
         events.write(json.dumps({"t": time.time(), "event": event, **detail}) + "\n")
 
     stop = False
+    pending: list[str] = []
 
     def on_term(*_: object) -> None:
         nonlocal stop
         stop = True
 
     signal.signal(signal.SIGTERM, on_term)
-    sel = selectors.DefaultSelector()
+    for signum, what in ((signal.SIGUSR1, "remap"), (signal.SIGUSR2, "drift"),
+                         (signal.SIGHUP, "forget")):
+        signal.signal(signum, lambda *_, w=what: pending.append(w))
     sel.register(edge_side, selectors.EVENT_READ, "edge")
-    sel.register(cloud_side, selectors.EVENT_READ, "cloud")
     edge_addr: tuple[str, int] | None = None
     last_state: bool | None = None
     emit("started", uplink=args.uplink)
     while not stop:
+        while pending:  # the port-drift faults, applied between packets
+            what = pending.pop(0)
+            if what == "remap" and cloud_side is not None:
+                stale.add(cloud_side)
+                old_port = cloud_side.getsockname()[1]
+                cloud_side = open_mapping()
+                emit("nat_remap", old=f"{args.source}:{old_port}",
+                     public=f"{args.source}:{cloud_side.getsockname()[1]}")
+            elif what == "drift":
+                if to_edge is not edge_side:
+                    stale.add(to_edge)
+                to_edge = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                to_edge.bind((lhost, 0))
+                sel.register(to_edge, selectors.EVENT_READ, "edge")
+                emit("hub_drift", hub=f"{lhost}:{to_edge.getsockname()[1]}")
+            elif what == "forget":
+                forgotten = [s for s in (cloud_side, to_edge) if s not in (None, edge_side)]
+                stale.update(s for s in forgotten if s is not None)
+                emit("nat_forget", ports=[s.getsockname()[1] for s in forgotten
+                                          if s is not None])
+                cloud_side, to_edge = None, edge_side
         state = probe.on()
         if state != last_state:
             emit("offload", on=state)
@@ -162,19 +208,21 @@ def relay(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one event loop, 
                 data, addr = sock.recvfrom(65535)
             except OSError:
                 continue
+            if sock in stale:
+                continue  # no mapping any more: a NAT drops it, silently
             if key.data == "cloud":
                 if edge_addr is not None:
-                    edge_side.sendto(data, edge_addr)
+                    to_edge.sendto(data, edge_addr)
                 continue
-            if edge_addr is not None and addr != edge_addr:
+            if cloud_side is None or (edge_addr is not None and addr != edge_addr):
                 # The edge came back with a new address (a new data session) or port (a
-                # rebind): like a carrier NAT, a new mapping, so the cloud sees the edge
-                # from a new endpoint and must learn it from the next authenticated packet
-                # (roaming).
-                sel.unregister(cloud_side)
-                cloud_side.close()
-                cloud_side = mapping(0)
-                sel.register(cloud_side, selectors.EVENT_READ, "cloud")
+                # rebind), or its mapping was forgotten: like a carrier NAT, a new
+                # mapping, so the cloud sees the edge from a new endpoint and must learn
+                # it from the next authenticated packet (roaming).
+                if cloud_side is not None:
+                    sel.unregister(cloud_side)
+                    cloud_side.close()
+                cloud_side = open_mapping()
                 emit("nat_mapping", edge=f"{addr[0]}:{addr[1]}",
                      public=f"{args.source}:{cloud_side.getsockname()[1]}")
             edge_addr = addr

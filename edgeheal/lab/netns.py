@@ -234,14 +234,15 @@ def _sweep_wireguard_sockets() -> list[str]:
 def _past(pid: int, program: str, within: float = 5.0) -> None:
     """Wait until process ``pid`` has exec'd past ``program`` (setpriv), so its death signal
     is set: killed in between, this process would leave it behind (setpriv never checks
-    whether its parent already died). Milliseconds; bounded."""
+    whether its parent already died). Read from ``comm``, not ``exe``: under qemu-user
+    ``exe`` names the emulator from the start. Milliseconds; bounded."""
     deadline = time.monotonic() + within
-    real = os.path.realpath(program)
+    name = os.path.basename(program)[:15]  # the kernel's TASK_COMM_LEN - 1
     while time.monotonic() < deadline:
         try:
-            if os.readlink(f"/proc/{pid}/exe") != real:
-                return
-        except OSError:  # gone (or a zombie): nothing to wait for
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as f:
+                if f.read().strip() != name:
+                    return
+        except OSError:  # gone: nothing to wait for
             return
         time.sleep(0.001)
-

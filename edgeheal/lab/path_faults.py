@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from edgeheal.lab.observe import settle, tunnel_ok
+from edgeheal.lab.observe import failed_ever, settle, tunnel_ok
 from edgeheal.lab.runner import Expectation, Lab
 from edgeheal.lab.world import Edge
 
@@ -282,8 +282,12 @@ async def stale_nat(lab: Lab) -> list[Expectation]:
 
     detected = await lab.until(failing, within, "the agent to see the tunnel fail")
     t_detect = lab.now() - fault
+    # healed: the device on a new port and the cloud roamed to its new mapping (the first
+    # packet from the new port can come a second after the rebind, and ``wireguard`` may
+    # still say ok from before the fault when the tunnel-path probe saw it first)
     healed = await lab.until(lambda: tunnel_ok(lab, edge) and lab.world.listen_port(edge) not in (
-        0, 51820), lab.scaled(90, 240), "the tunnel to heal on a new port")
+        0, 51820) and lab.world.cloud_endpoint(edge).startswith(f"{new}:"),
+        lab.scaled(90, 240), "the tunnel to heal on a new port")
     t_healed = lab.mark("recovered") - fault
     port = lab.world.listen_port(edge)
     endpoint = lab.world.cloud_endpoint(edge)
@@ -338,3 +342,120 @@ async def stale_nat_restart(lab: Lab) -> list[Expectation]:
                         f"wireguard {lab.state(edge, 'wireguard')} "
                         f"({lab.reason(edge, 'wireguard')}); cloud's endpoint {endpoint} "
                         f"(the old address {old})")]
+
+
+def _port(endpoint: str) -> int:
+    """The port of ``ip:port`` (0: none)."""
+    tail = endpoint.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
+
+
+async def port_drift(lab: Lab) -> list[Expectation]:
+    """flannel-io/flannel#1770's port drift, in two legs. First the carrier's NAT re-maps
+    the edge's flow to a new random public port and drops what the cloud still sends to
+    the old one: the edge's next packet teaches the cloud the new port (roaming), nothing
+    to do. Then the NAT drifts both sides — the cloud sees the edge at a random port and
+    the edge the cloud — and forgets those mappings: both ends send to ports nothing
+    forwards, and neither ever falls back to the configured port. A rebind cannot cure it
+    (a new source port, still sent to the stale endpoint); a Flannel restart does (the
+    device comes back with the configured endpoint, and the cloud roams to the handshake
+    from it), which is 1770's workaround."""
+    edge = lab.world.edges[0]
+    out = await settle(lab)
+    configured = lab.world.edge_endpoint(edge)
+    first = lab.world.cloud_endpoint(edge)
+    remapped = lab.mark("nat_remapped")
+    lab.world.nat_drift(edge, "remap")
+    lab.note("lab", f"fault: the carrier's NAT re-maps {edge.name}'s flow to a new random "
+             f"port (the cloud sends to {first}, which it no longer forwards)", edge.name)
+    roamed = await lab.until(lambda: _port(lab.world.cloud_endpoint(edge)) not in (
+        0, _port(first)), lab.k + 10, "the cloud to roam to the new port")
+    t_roamed = lab.now() - remapped
+    second = lab.world.cloud_endpoint(edge)
+    await lab.hold(lab.scaled(10, 30))
+    quiet = not failed_ever(lab, edge, "wireguard", remapped) and not _actions(lab, edge) \
+        and not lab.world.kube.deletions
+    lab.world.nat_drift(edge, "remap")
+    lab.world.nat_drift(edge, "drift")
+    drifting = lab.mark("nat_drifted")
+    lab.note("lab", "the NAT drifts both sides of the flow to random ports", edge.name)
+    both = await lab.until(lambda: _port(lab.world.cloud_endpoint(edge)) not in (
+        0, _port(second)) and _port(lab.world.edge_endpoint(edge)) not in (
+        0, _port(configured)), 2 * lab.k + 10, "both ends to roam to random ports")
+    t_both = lab.now() - drifting
+    drifted = (lab.world.cloud_endpoint(edge), lab.world.edge_endpoint(edge))
+    await lab.hold(4)
+    working = tunnel_ok(lab, edge)
+    fault = lab.mark("nat_forgot")
+    lab.world.nat_drift(edge, "forget")
+    lab.note("lab", f"fault: the NAT forgets the drifted mappings: the cloud sends to "
+             f"{drifted[0]}, the edge to {drifted[1]}, neither forwarded", edge.name)
+    within = lab.scaled(30, 90)
+    seen: dict[str, str] = {}
+
+    def failing() -> bool:
+        for check in ("wireguard", "broker-tunnel"):
+            if lab.state(edge, check) == "failed":
+                seen[check] = str(lab.reason(edge, check))
+        return bool(seen)
+
+    detected = await lab.until(failing, within, "the agent to see the tunnel fail")
+    t_detect = lab.now() - fault
+    at_rebind: dict[str, str] = {}
+
+    def rebind_done() -> bool:
+        done = [a for a in _actions(lab, edge) if a.get("mode") == "rebind"
+                and a.get("result") not in (None, "", "in_progress")]
+        if done and not at_rebind:
+            at_rebind.update(result=str(done[0].get("result")),
+                             endpoint=lab.world.edge_endpoint(edge),
+                             port=str(lab.world.listen_port(edge)))
+        return bool(done)
+
+    def restarted_and_ok() -> bool:
+        """A restart, the configured endpoint again, and both tunnel checks ok: at K = 25 s
+        the tunnel-path probe fails long before ``wireguard`` would, which may still say
+        ok from before."""
+        rebind_done()  # noted on the way: where the edge sent when the rebind was judged
+        return bool(lab.world.kube.deletions) and tunnel_ok(lab, edge) \
+            and lab.state(edge, "broker-tunnel") == "ok" \
+            and lab.world.edge_endpoint(edge) == configured
+
+    healed = await lab.until(restarted_and_ok, lab.scaled(150, 300),
+                             "a Flannel restart to heal the tunnel")
+    t_healed = lab.mark("recovered") - fault
+    rebind_done()
+    after = (lab.world.cloud_endpoint(edge), lab.world.edge_endpoint(edge))
+    before_n = lab.world.collector_stats(edge).get("delivered", 0) or 0
+    await lab.hold(6)
+    after_n = lab.world.collector_stats(edge).get("delivered", 0) or 0
+    rebinds = [a.get("result") for a in _actions(lab, edge) if a.get("mode") == "rebind"]
+    return [*out,
+            Expectation("a one-sided re-map heals by itself: the cloud roams to the new "
+                        "port on the edge's next packet", roamed and quiet,
+                        f"{first} -> {second} {t_roamed:.1f}s after the re-map; no failure, "
+                        "no remediation" if roamed and quiet else
+                        f"roamed {roamed}, failure or remediation {not quiet}"),
+            Expectation("both ends drift to random ports and the tunnel still works (1770's "
+                        "wg show)", both and working,
+                        f"cloud sees the edge at {drifted[0]}, the edge the cloud at "
+                        f"{drifted[1]} (configured {configured}) {t_both:.1f}s after"),
+            Expectation(f"the forgotten mappings break the tunnel and the agent sees it "
+                        f"within {within:g} s", detected and t_detect <= within,
+                        ", ".join(f"{k} {v}" for k, v in seen.items())
+                        + f" {t_detect:.1f}s after the fault" if detected else "never"),
+            Expectation("a rebind does not cure it: the edge still sends to the drifted "
+                        "endpoint", not rebinds or "recovered" not in rebinds,
+                        f"rebinds {rebinds}; at the rebind's verdict the device on port "
+                        f"{at_rebind.get('port')} sending to {at_rebind.get('endpoint')}"
+                        if rebinds else "rebind not enabled"),
+            Expectation("healed by a Flannel restart: the configured endpoint again, the "
+                        "cloud roamed to the new mapping", healed
+                        and after[1] == configured and _port(after[0]) not in (
+                            0, _port(drifted[0])),
+                        f"{t_healed:.1f}s after the fault, {len(lab.world.kube.deletions)} "
+                        f"pod deletions; cloud sees {after[0]}, the edge sends to {after[1]}"
+                        if healed else f"never; rebinds {rebinds}, "
+                        f"{len(lab.world.kube.deletions)} pod deletions"),
+            Expectation("collector messages flowing through the tunnel again",
+                        after_n > before_n, f"delivered {before_n} -> {after_n} in 6 s")]

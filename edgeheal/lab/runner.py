@@ -264,6 +264,9 @@ class Scenario:
     """The carriers' NAT keeps stale mappings (:mod:`edgeheal.lab.carriernat`)."""
     uplink_ladder: str = ""
     """TOML keys added to the agents' ``[remediation.uplink]`` (a ``modem`` world's)."""
+    k3s_agent: bool = False
+    """Every edge runs the stand-in K3s agent, its agent the control check and ladder
+    (:mod:`edgeheal.lab.k3s_agent`)."""
 
 
 async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None = None,
@@ -278,7 +281,7 @@ async def run_scenario(scenario: Scenario, workdir: Path, *, edges: int | None =
                   agent_extra=scenario.agent_extra + (
                       "" if field else scenario.agent_extra_tuned),
                   uplinks=scenario.uplinks, carrier_nat=scenario.carrier_nat,
-                  uplink_ladder=scenario.uplink_ladder)
+                  uplink_ladder=scenario.uplink_ladder, k3s_agent=scenario.k3s_agent)
     budget = scenario.budget * FIELD_BUDGET if field else scenario.budget
     lab: Lab | None = None
     began = time.monotonic()

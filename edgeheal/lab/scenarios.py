@@ -7,6 +7,7 @@ subscriber, the collector's counters, the cloud kernel's ``InCsumErrors``).
 
 from __future__ import annotations
 
+from edgeheal.lab import control_faults as control
 from edgeheal.lab import modems as uplinklab
 from edgeheal.lab import path_faults as path
 from edgeheal.lab.dead_sim import LADDER as DEAD_SIM_LADDER
@@ -392,6 +393,23 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("stale-nat-restart", "the same stale mapping with Flannel restarts only (no "
              "rebind): the device comes back on port 51820, the same dead mapping",
              path.stale_nat_restart, budget=300, carrier_nat=True),
+    Scenario("port-drift", "flannel#1770: the carrier's NAT drifts the tunnel's flow to "
+             "random ports; one side heals itself by roaming, both sides forgotten need a "
+             "Flannel restart (the configured endpoint again), which rebind cannot replace",
+             path.port_drift, budget=360, agent_extra=path.REBIND_ON),
+    Scenario("port-drift-restart", "the same port drift with Flannel restarts only (no "
+             "rebind): the restart heals it at once", path.port_drift, budget=360),
+    Scenario("agent-stuck", "the K3s agent's load balancer sticks (accepts, never "
+             "forwards) while the tunnel is fine; the node turns NotReady, the control "
+             "ladder restarts k3s-agent once and it is Ready again", control.agent_stuck,
+             budget=330, k3s_agent=True),
+    Scenario("node-ip-changed", "the node's address changes under the running K3s agent; "
+             "the Node keeps the old InternalIP until the control ladder restarts "
+             "k3s-agent once", control.node_ip_changed, budget=330, k3s_agent=True),
+    Scenario("control-uplink-outage", "all uplink traffic dropped for 90 s on a node with "
+             "the control ladder on; NotReady during it, Ready again by itself after, no "
+             "k3s-agent restart", control.control_uplink_outage, budget=360,
+             k3s_agent=True),
 )}
 
 DEFAULT = "boot-with-offload"

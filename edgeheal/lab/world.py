@@ -124,6 +124,9 @@ class Edge:
     public_ip: str = ""
     """The edge's public address at the carrier's NAT ("": no carrier NAT in this world,
     the cloud sees the carrier's own address)."""
+    k3s_bus: str = ""
+    """Address of the private D-Bus with the stand-in systemd's ``k3s-agent.service``
+    ("": no stand-in K3s agent in this world, :mod:`edgeheal.lab.k3s_agent`)."""
 
     @property
     def edge_ip(self) -> str:
@@ -158,7 +161,8 @@ class World(Faults):
                  offload_on_at_boot: bool = True, field: bool = False,
                  modem: bool = False, collector_payload: int = 0,
                  agent_extra: str = "", uplinks: int = 1,
-                 carrier_nat: bool = False, uplink_ladder: str = "") -> None:
+                 carrier_nat: bool = False, uplink_ladder: str = "",
+                 k3s_agent: bool = False) -> None:
         if not 1 <= edges <= 50:
             raise LabError("--edges must be between 1 and 50")
         self.field = field
@@ -184,6 +188,11 @@ class World(Faults):
         self.carrier_nat = carrier_nat
         """The carriers map the edges' tunnel flows onto a public address that they can
         move, keeping established flows on the old one (:mod:`edgeheal.lab.carriernat`)."""
+        self.k3s_agent = k3s_agent
+        """Each edge runs the stand-in K3s agent (:mod:`edgeheal.lab.k3s_agent`) against a
+        stand-in server in the cloud, and its agent the control check and ladder."""
+        self.k3s: dict[str, Any] = {}
+        """edge name -> its K3sAgent."""
         self.modems: dict[str, Any] = {}
         """edge name -> its FakeModemManager (edgeheal.lab.modemmanager)."""
         self.modem_units: dict[str, Any] = {}
@@ -230,6 +239,15 @@ class World(Faults):
             self._build_device(edge)  # what Flannel does when its pod first starts
             self._start_collector(edge)
         self._tasks.append(asyncio.create_task(self._flannel_watch(), name="lab.flannel"))
+        if self.k3s_agent:
+            from edgeheal.lab import k3s_agent
+
+            if self.modem:
+                raise LabError("a stand-in K3s agent and a modem need one bus: not built")
+            k3s_agent.start_server(self)
+            for edge in self.edges:
+                self.k3s[edge.name] = k3s_agent.K3sAgent(self, edge)
+                await self.k3s[edge.name].start()
         if self.modem:
             from edgeheal.lab.modems import start_modem
 
@@ -410,18 +428,19 @@ class World(Faults):
         defaults (:mod:`edgeheal.lab.agent_config`); the uplink sections if it has a modem."""
         from edgeheal.lab import agent_config  # it imports this module
 
+        k3s = self.k3s[edge.name].control_config() if edge.name in self.k3s else ""
         return agent_config.render(edge, mqtt_port=self.mqtt_port, shipped=self.field,
                                    uplink=bool(edge.modem_bus), remediation=remediation,
                                    ladder=self.uplink_ladder,
                                    extra=self.agent_extra.replace("{wg}", edge.wg_ifname)
                                    .replace("{uplink2}", edge.uplink2)
-                                   .replace("{uplink}", edge.uplink) + extra)
+                                   .replace("{uplink}", edge.uplink) + extra + k3s)
 
     def start_agent(self, edge: Edge, **kw: Any) -> None:
         edge.config_path.write_text(self.agent_config(edge, **kw))
         env = {**os.environ, "EDGEHEAL_LOG_LEVEL": "info"}
-        if edge.modem_bus:  # every D-Bus call the agent makes goes to the lab's bus
-            env["DBUS_SYSTEM_BUS_ADDRESS"] = edge.modem_bus
+        if edge.modem_bus or edge.k3s_bus:  # every D-Bus call goes to the lab's bus
+            env["DBUS_SYSTEM_BUS_ADDRESS"] = edge.modem_bus or edge.k3s_bus
         edge.agent = self.sandbox.spawn(
             [sys.executable, "-m", "edgeheal", "run", "--config", str(edge.config_path)],
             ns=edge.ns, log_path=edge.workdir / "agent.log", env=env)
@@ -492,7 +511,8 @@ class World(Faults):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        for fake in (*self.modem_units.values(), *self.modems.values()):
+        for fake in (*self.modem_units.values(), *self.modems.values(),
+                     *self.k3s.values()):
             await fake.close()
         if self.kube is not None:
             try:

@@ -5,13 +5,18 @@ Why: a carrier NAT keeps the mapping of a long-lived UDP flow as long as packets
 and WireGuard's persistent keepalive refreshes it forever. When the carrier moves the
 node's public address, the flow of port 51820 keeps its old mapping: the cloud's answers go
 to an address that is no longer the node's, and the tunnel is silently dead (issue 30:
-opnsense/core#9066, ThisSeanZhang/landscape#214; flannel-io/flannel#1770 for the port
-drift). A Flannel restart does not help: Flannel re-creates ``flannel-wg`` on its
+opnsense/core#9066, ThisSeanZhang/landscape#214).
+A Flannel restart does not help: Flannel re-creates ``flannel-wg`` on its
 configured port (flannel-io/flannel ``pkg/backend/wireguard/device.go``: ``newWGDevice``
 sets ``ListenPort`` to 51820), so the packets are the same flow and find the same stale
 mapping. A new source port is a new flow and gets a fresh mapping; the cloud learns the new
 endpoint from the next authenticated packet (WireGuard's roaming), with no configuration
 on the cloud. This is what Tailscale does when it rebinds.
+
+What it does not cure: flannel-io/flannel#1770's port drift, where the node's *endpoint*
+for its peer is stale (a NAT's random port that no longer forwards). A new source port
+still sends there; only the configured endpoint, which a Flannel restart sets again, cures
+that (the lab's ``port-drift`` scenario, docs/remediation.md).
 
 How: for each configured ``[wireguard] interfaces`` device that exists, read its port and
 set a random one from the dynamic range (:data:`PORTS`), never 51820/51821 (Flannel's) nor

@@ -5,10 +5,14 @@ dbus-daemon, is tests/remediation_dbus/test_control_ladder.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import sys
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -19,7 +23,15 @@ from edgeheal.agent.remediation.control_actor import ControlRemediator, clear_ba
 from edgeheal.agent.supervisor import Agent
 from edgeheal.base.compat import UTC
 from edgeheal.boundaries import control_socket as control
-from edgeheal.model import CheckResult, CheckStatus, Context, Event, Snapshot, State
+from edgeheal.model import (
+    CheckResult,
+    CheckStatus,
+    Context,
+    Event,
+    FleetHold,
+    Snapshot,
+    State,
+)
 from edgeheal.remedies import Availability, RemedyOutcome
 from tests.support import Clock
 
@@ -38,6 +50,7 @@ listen = ["127.0.0.1:0"]
 {section}
 [remediation]
 mode = "{mode}"
+restart_jitter = "0s"
 [remediation.control]
 {ladder}
 startup_grace = "0s"
@@ -189,3 +202,124 @@ async def test_the_other_ladders_wait_while_it_restarts_the_agent(tmp_path: Path
     await flannel._apply(Action("restart", "wireguard_stalled", "wireguard stalled"))
     assert flannel.history.records == ()  # nothing attempted, not even a dry run
     assert agent.registry.get_sample_value("edgeheal_remediations_total", sample) == 1.0
+
+
+@dataclass
+class HeldLink:
+    """The alert link as the actor reads it (its broker side: tests/mqtt/test_fleet_hold)."""
+
+    fleet_hold: FleetHold | None = None
+
+
+def _stale_world(tmp_path: Path, remediation: str, extra: str = "",
+                 ) -> tuple[Clock, dict[str, Snapshot], list[Event], Context]:
+    clock = Clock(now=10_000.0, step=0.001)
+    conf = cfg.loads_generic(f"""
+[agent]
+node_name = "edge-1"
+state_dir = "{tmp_path / 'state'}"
+[[mqtt.targets]]
+name = "broker-direct"
+host = "127.0.0.1"
+path = "direct"
+[alerts]
+target = "broker-direct"
+[control]
+servers = ["127.0.0.1:6443"]
+[remediation]
+mode = "none"
+{remediation}
+[remediation.control]
+enabled = true
+startup_grace = "0s"
+act_after = "0s"
+{extra}
+""")
+    state = {"snap": snapshot("heartbeat_stale", State.FAILED, clock.now, since=clock.now)}
+    events: list[Event] = []
+    ctx = Context(config=conf, registry=CollectorRegistry(), clock=clock, wall=clock.wall,
+                  snapshot=lambda: state["snap"], emit=events.append)
+    return clock, state, events, ctx
+
+
+def _counted(ctx: Context, result: str) -> float | None:
+    return ctx.registry.get_sample_value("edgeheal_remediations_total", {
+        "ladder": "control", "action": "skip", "result": result})
+
+
+async def test_a_fleet_hold_holds_the_agent_restart_until_it_expires(tmp_path: Path) -> None:
+    clock, state, events, ctx = _stale_world(tmp_path, 'restart_jitter = "0s"')
+    ctx = replace(ctx, config=replace(ctx.config, fleet=replace(ctx.config.fleet, hold=True)))
+    link = HeldLink(FleetHold("K3s server upgrade", clock.wall() + timedelta(seconds=30),
+                              "ops"))
+    ctx = replace(ctx, alert_link=link)  # type: ignore[arg-type]
+    unit = Unit(lambda: state.update(snap=snapshot("ok", State.OK, clock.now + 1.0)))
+    rem = ControlRemediator(ctx, remedy_factory=lambda mode: unit, boot="b",
+                            boot_clock=lambda: clock.now + 4000.0, tick=0.001)
+    assert _counted(ctx, "fleet_hold") == 0.0  # counted from the start
+    for _ in range(3):
+        assert kinds(await rem.evaluate(state["snap"])) == [("skip", "fleet_hold")]
+    assert unit.restarts == 0
+    assert [e.kind for e in events].count("control_ladder.skipped") == 1  # once an episode
+    assert _counted(ctx, "fleet_hold") == 1.0
+    assert rem.view()["fleet_hold"].startswith("K3s server upgrade by ops, until ")
+    clock.advance(31)  # the hold ends at its until, no release needed
+    state["snap"] = snapshot("heartbeat_stale", State.FAILED, clock.now, since=10_000.0)
+    assert kinds(await rem.evaluate(state["snap"])) == [("restart", "control_heartbeat_stale")]
+    assert unit.restarts == 1
+    assert rem.view()["fleet_hold"] is None
+
+
+async def test_without_fleet_hold_on_a_held_link_changes_nothing(tmp_path: Path) -> None:
+    clock, state, _events, ctx = _stale_world(tmp_path, 'restart_jitter = "0s"')
+    link = HeldLink(FleetHold("hub down", clock.wall() + timedelta(hours=1)))
+    ctx = replace(ctx, alert_link=link)  # type: ignore[arg-type]
+    unit = Unit()
+    rem = ControlRemediator(ctx, remedy_factory=lambda mode: unit, boot="b",
+                            boot_clock=lambda: clock.now + 4000.0, tick=0.001)
+    assert kinds(await rem.evaluate(state["snap"])) == [("restart", "control_heartbeat_stale")]
+    assert "fleet_hold" not in rem.view()
+
+
+async def test_the_first_agent_restart_waits_its_drawn_part_of_restart_jitter(
+        tmp_path: Path) -> None:
+    clock, state, events, ctx = _stale_world(tmp_path, 'restart_jitter = "20s"')
+    unit = Unit(lambda: state.update(snap=snapshot("ok", State.OK, clock.now + 1.0)))
+    rng = random.Random()  # noqa: S311 - a jitter source, not security
+    draws: list[float] = []
+    rng.random = lambda: draws.append(0.25) or 0.25  # type: ignore[method-assign]
+    rem = ControlRemediator(ctx, remedy_factory=lambda mode: unit, boot="b",
+                            boot_clock=lambda: clock.now + 4000.0, tick=0.001, rng=rng)
+    start = clock.now
+    assert kinds(await rem.evaluate(state["snap"])) == [("watch", "restart_jitter")]
+    until = rem.history.jitter_until
+    assert until == pytest.approx(start + 5.0, abs=0.1)  # 0.25 of 20 s
+    saved = json.loads((tmp_path / "state" / "control-history.json").read_text())
+    assert saved["jitter_until_boottime"] == pytest.approx(until + 4000.0)
+    clock.now = until - 0.5
+    assert kinds(await rem.evaluate(state["snap"])) == [("watch", "restart_jitter")]
+    assert (rem.history.jitter_until, len(draws), unit.restarts) == (until, 1, 0)
+    clock.now = until
+    assert kinds(await rem.evaluate(state["snap"])) == [("restart", "control_heartbeat_stale")]
+    assert unit.restarts == 1
+    assert rem.history.jitter_until is None
+    assert "control_ladder.skipped" not in [e.kind for e in events]  # a wait, not a skip
+
+
+async def test_an_ok_check_ends_a_drawn_wait(tmp_path: Path) -> None:
+    clock, state, _events, ctx = _stale_world(tmp_path, 'restart_jitter = "20s"')
+    rng = random.Random()  # noqa: S311 - a jitter source, not security
+    rng.random = lambda: 0.9  # type: ignore[method-assign]
+    rem = ControlRemediator(ctx, remedy_factory=lambda mode: Unit(), boot="b",
+                            boot_clock=lambda: clock.now + 4000.0, tick=0.001, rng=rng)
+    assert kinds(await rem.evaluate(state["snap"])) == [("watch", "restart_jitter")]
+    assert rem.history.jitter_until is not None
+    state["snap"] = snapshot("ok", State.OK, clock.now)
+    assert await rem.evaluate(state["snap"]) == []
+    assert rem.history.jitter_until is None
+    saved = json.loads((tmp_path / "state" / "control-history.json").read_text())
+    assert saved.get("jitter_until_boottime") is None
+
+
+def kinds(actions: list[Any]) -> list[tuple[str, str]]:
+    return [(a.kind, a.reason) for a in actions]

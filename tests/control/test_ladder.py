@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import random
 import re
 from dataclasses import replace
 from typing import Any
@@ -24,6 +25,7 @@ OK, UNK, FAIL = State.OK, State.UNKNOWN, State.FAILED
 LIMITS = ControlLimits(act_after=60.0, not_ready_window=300.0, cooldown=600.0,
                        max_per_hour=2, startup_grace=300.0, give_up_after=3)
 NOW = 100_000.0
+HOLD = "K3s server upgrade by ops, until 2026-12-04T20:00:00.000Z"
 
 
 def view(**overrides: Any) -> ControlView:
@@ -65,6 +67,15 @@ ROWS: list[tuple[str, dict[str, Any], History, list[tuple[str, str]]]] = [
     ("3b. forbidden: nothing", {"control": UNK, "reason": "forbidden"}, History(), []),
     ("4. paused", {}, History(paused_until=math.inf), [("skip", "paused")]),
     ("4b. circuit open", {}, History(circuit_open=True), [("skip", "circuit_open")]),
+    ("4c. a fleet hold holds: no agent restart", {"fleet_hold": HOLD}, History(),
+     [("skip", "fleet_hold")]),
+    ("4d. ... the operator's pause comes first", {"fleet_hold": HOLD},
+     History(paused_until=math.inf), [("skip", "paused")]),
+    ("4e. ... an unreachable server is said as such", {"fleet_hold": HOLD,
+                                                        "reason": "server_unreachable"},
+     History(), [("skip", "server_unreachable")]),
+    ("4f. ... and an ok check is nothing to hold", {"fleet_hold": HOLD, "control": OK,
+                                                    "reason": "ok"}, History(), []),
     ("5. a direct-path target fails: the path's, not the agent's",
      {"direct_mqtt": {"broker-direct": FAIL}}, History(), [("skip", "path_down")]),
     ("5b. the uplink check fails", {"uplink": FAIL}, History(), [("skip", "path_down")]),
@@ -155,3 +166,82 @@ path = "direct"
     v = view_of(replace(snap, checks={**checks, "control": pending}), config)
     assert v.control is None
     assert decide(v, History(), 1e6, LIMITS) == []
+
+
+# --- the restart jitter: drawn once per episode by the pure ladder, after every gate ---
+
+JITTER = replace(LIMITS, restart_jitter=30.0)
+
+
+def never() -> float:
+    raise AssertionError("drawn although a gate came first, or drawn twice")
+
+
+def test_the_first_restart_draws_its_wait_once_and_goes_ahead_when_it_is_over() -> None:
+    (first,) = decide(view(), History(), NOW, JITTER, rand=lambda: 0.5)
+    assert (first.kind, first.reason, first.until) == ("watch", "restart_jitter", NOW + 15.0)
+    assert "first agent restart of this episode waits 15s more" in first.message
+    waiting = History(jitter_until=first.until)
+    assert kinds(decide(view(), waiting, NOW + 14.9, JITTER, rand=never)) == [
+        ("watch", "restart_jitter")]
+    assert kinds(decide(view(), waiting, NOW + 15.0, JITTER, rand=never)) == [
+        ("restart", "control_heartbeat_stale")]
+
+
+@pytest.mark.parametrize(("case", "history", "limits", "rand"), [
+    ("a restart in a row already happened: cooldown only",
+     hist(attempt(NOW - 5000)), JITTER, 0.9),
+    ("restart_jitter = 0 turns it off", History(), replace(JITTER, restart_jitter=0.0), 0.9),
+    ("a draw of 0 waits nothing", History(), JITTER, 0.0),
+    ("no random source: no wait", History(), JITTER, None),
+])
+def test_no_wait_when(case: str, history: History, limits: ControlLimits,
+                      rand: float | None) -> None:
+    source = None if rand is None else (lambda: rand)
+    assert kinds(decide(view(), history, NOW, limits, rand=source)) == [
+        ("restart", "control_heartbeat_stale")], case
+
+
+@pytest.mark.parametrize(("case", "overrides", "history", "expected"), [
+    ("an unreachable server", {"reason": "server_unreachable"}, History(),
+     ("skip", "server_unreachable")),
+    ("a pause", {}, History(paused_until=NOW + 60), ("skip", "paused")),
+    ("the fleet hold", {"fleet_hold": HOLD}, History(), ("skip", "fleet_hold")),
+    ("the direct path down", {"direct_mqtt": {"broker-direct": FAIL}}, History(),
+     ("skip", "path_down")),
+    ("another ladder acting", {"busy": ("flannel",)}, History(), ("skip", "other_ladder")),
+    ("the verdict's window", {"since": NOW - 30}, History(), ("skip", "verdict_window")),
+    ("startup grace", {"started_mono": NOW - 100}, History(), ("skip", "startup_grace")),
+    ("cooldown", {}, hist(attempt(NOW - 100, "recovered")), ("skip", "cooldown")),
+])
+def test_every_other_gate_comes_before_the_jitter_and_draws_nothing(
+        case: str, overrides: dict[str, Any], history: History,
+        expected: tuple[str, str]) -> None:
+    assert kinds(decide(view(**overrides), history, NOW, JITTER, rand=never)) == [
+        expected], case
+
+
+def test_an_ok_check_ends_the_wait_and_the_next_episode_draws_again() -> None:
+    waiting = History(jitter_until=NOW + 15)
+    assert control_ladder.episode_over(view(), waiting) is waiting
+    assert control_ladder.episode_over(view(reason="server_unreachable"), waiting) is waiting
+    assert control_ladder.episode_over(view(control=OK, reason="ok"),
+                                       waiting).jitter_until is None
+    assert control_ladder.episode_over(view(control=OK, reason="ok"), History()) == History()
+    (again,) = decide(view(), History(), NOW + 100, JITTER, rand=lambda: 0.2)
+    assert again.until == NOW + 100 + 6.0
+
+
+def test_a_fleet_whose_server_fails_in_the_same_second_restarts_spread_out() -> None:
+    """100 nodes, each its own random source, their Leases stale from the same instant:
+    the first agent restarts spread over the 30 s window, a few per second at most."""
+    times = []
+    for node in range(100):
+        rng = random.Random(node)  # noqa: S311 - a seeded jitter source
+        (action,) = decide(view(), History(), NOW, JITTER, rand=rng.random)
+        assert action.until is not None
+        times.append(action.until - NOW)
+    assert all(0.0 <= t < 30.0 for t in times)
+    assert max(times) - min(times) > 25.0
+    per_second = [sum(1 for t in times if s <= t < s + 1) for s in range(30)]
+    assert max(per_second) <= 10, per_second  # 100 in the same second without it

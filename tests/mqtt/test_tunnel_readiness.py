@@ -191,6 +191,10 @@ async def fault_and_repair(site: Site, inject: Callable[[], None],
     except AssertionError as err:
         raise AssertionError(f"{err} ({site.log.parent.name}):\n{await site.story()}") from None
     not_ready = (site.first("/probe/broker-tunnel", 503, t0) or 0) - t0
+    # the poller asks /readyz right after the probe: its answer may still be on the way
+    with contextlib.suppress(AssertionError):
+        await until(lambda: site.first("/readyz", 503, t0), within=10, every=0.25,
+                    what="/readyz 503")
     readyz = site.first("/readyz", 503, t0)
     t1 = time.monotonic()
     repair()

@@ -6,7 +6,8 @@ built on this (amd64) machine without running one arm64 instruction, then booted
   the required ones; the rest (the kernel, Python, the tools: :data:`PACKAGES`) are unpacked
   here the way debootstrap's first stage does it (``dpkg-deb --fsys-tarfile | tar
   --keep-directory-symlink``, merged /usr kept). No maintainer script runs (they are arm64
-  programs; this machine has no qemu-user binfmt, and registering one is a host-wide change):
+  programs; :mod:`tests.qemu.arm64_chroot` runs them under qemu-user for its chroot, which
+  takes ~10 min that the guest does not need):
   what the guest needs of them is done here -- the users and groups base-passwd's preinst
   writes, two alternatives (``awk``, ``which``), mosquitto's user, and ``depmod`` (the host's
   kmod reads arm64 modules; the kernel's postinst would run it). The guest needs nothing else
@@ -108,13 +109,20 @@ def rootfs(cache: Path, mirror: str | None = None) -> Path:
                                      "format": FORMAT}).encode()).hexdigest()[:16]
 
     def build(root: Path) -> None:
-        url = mirror or nspawn.apt_mirror()
-        _run(["debootstrap", "--arch=arm64", "--foreign", "--variant=minbase",
-              f"--include={','.join(PACKAGES)}", nspawn.SUITE, str(root), url],
-             f"debootstrap --foreign --arch=arm64 {nspawn.SUITE} from {url}", 900)
+        first_stage(root, PACKAGES, mirror)
         unpack(root)
 
     return _cached(cache, f"debian-{nspawn.SUITE}-arm64-{key}", build)
+
+
+def first_stage(root: Path, packages: Sequence[str], mirror: str | None = None) -> None:
+    """``debootstrap --foreign --arch=arm64`` of bookworm (minbase) with ``packages`` into
+    ``root``: downloaded and unpacked on this machine, nothing arm64 run (the guest's tree and
+    :mod:`tests.qemu.arm64_chroot`'s both start here)."""
+    url = mirror or nspawn.apt_mirror()
+    _run(["debootstrap", "--arch=arm64", "--foreign", "--variant=minbase",
+          f"--include={','.join(packages)}", nspawn.SUITE, str(root), url],
+         f"debootstrap --foreign --arch=arm64 {nspawn.SUITE} from {url}", 900)
 
 
 def unpack(root: Path) -> None:
@@ -183,10 +191,11 @@ def requirements(pyproject: Path = bed.CHECKOUT / "pyproject.toml") -> list[str]
     return [*project["dependencies"], *(r for e in EXTRAS for r in extras[e])]
 
 
-def site(cache: Path) -> Path:
+def site(cache: Path, reqs: Sequence[str] | None = None, name: str = "site-arm64") -> Path:
     """A site-packages of aarch64 wheels for the guest's Python 3.11 (cached by the
-    requirements); its wheels kept in ``qemu-wheels-arm64`` so a rebuild needs no network."""
-    reqs = requirements()
+    requirements: :func:`requirements` unless given); its wheels kept in
+    ``qemu-wheels-arm64`` so a rebuild needs no network."""
+    reqs = requirements() if reqs is None else list(reqs)
     key = hashlib.sha256(json.dumps({"reqs": reqs, "target": TARGET, "format": FORMAT})
                          .encode()).hexdigest()[:16]
     wheels = cache / "qemu-wheels-arm64"
@@ -207,7 +216,7 @@ def site(cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     with (cache / "qemu-wheels-arm64.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one downloader into the wheel directory
-        return _cached(cache, f"site-arm64-{key}", build) / "site"
+        return _cached(cache, f"{name}-{key}", build) / "site"
 
 
 # --- the image -----------------------------------------------------------------------------------

@@ -329,3 +329,57 @@ def test_the_direct_path_coming_up_at_start_is_not_an_uplink_recovery() -> None:
     assert view_of(snap, cfg, mode="pod", direct_was_down=True).direct_ok_since == 2.0
     # a failing direct target has no "ok since"
     assert view_of(_snap(FAIL, 2.0), cfg, mode="pod").direct_ok_since == -math.inf
+
+
+def _target(name: str, state: State, *, since: float, ran: float | None,
+            raw: State | None = None, took: float = 0.1) -> CheckStatus:
+    from edgeheal.model import CheckResult
+
+    observed = CheckResult(state=raw or state, reason="x")
+    return CheckStatus(name=name, state=state, reason="x", message="",
+                       since=datetime.now(UTC), since_mono=since, detail={}, required=False,
+                       runs=5, observed=observed, last_run_mono=ran, last_duration=took)
+
+
+TWO_PATHS = ('[[mqtt.targets]]\nname = "cloud"\nhost = "h"\npath = "tunnel"\n'
+             '[[mqtt.targets]]\nname = "direct"\nhost = "h"\npath = "direct"\n')
+
+
+def _two_paths(direct: CheckStatus, *, wg_since: float = 1.0,
+               tunnel_ran: float = 50.0) -> TunnelView:
+    wg = _target("wireguard", OK, since=wg_since, ran=60.0)
+    cloud = _target("cloud", FAIL, since=50.0, ran=tunnel_ran)
+    snap = Snapshot(node="n", checks={"wireguard": wg, "cloud": cloud, "direct": direct},
+                    started_mono=0.0, taken_mono=100.0, round_complete=True)
+    return view_of(snap, loads_generic(TWO_PATHS), mode="pod")
+
+
+@pytest.mark.parametrize(("direct", "awaits"), [
+    # the direct target ran (and was ok) after the tunnel-path failure was declared
+    (_target("direct", OK, since=1.0, ran=55.0), ()),
+    # its last run began before: an uplink that drops fails the tunnel probe first
+    (_target("direct", OK, since=1.0, ran=50.05, took=0.1), ("direct",)),
+    (_target("direct", OK, since=1.0, ran=None), ("direct",)),
+    # it ran after, but its raw result failed (its debounce still shows ok)
+    (_target("direct", OK, since=1.0, ran=55.0, raw=FAIL), ("direct",)),
+])
+def test_a_tunnel_path_failure_waits_for_a_direct_result_taken_after_it(
+        direct: CheckStatus, awaits: tuple[str, ...]) -> None:
+    seen = _two_paths(direct)
+    assert seen.awaiting == awaits
+    if awaits:
+        assert seen.failure() is None
+        assert decide(seen, History(), 1000, SETTINGS) == []
+    else:
+        assert seen.failure() == "tunnel_mqtt_failed"
+        assert decide(seen, History(), 1000, SETTINGS)[0].kind == "restart"
+
+
+def test_a_tunnel_path_timeout_from_before_wireguard_recovered_is_asked_again() -> None:
+    direct = _target("direct", OK, since=1.0, ran=55.0)
+    # WireGuard was ok again at 52, after the failing target's last run (began 49.9)
+    seen = _two_paths(direct, wg_since=52.0, tunnel_ran=50.0)
+    assert seen.awaiting == ("cloud",)
+    assert seen.failure() is None
+    # its next run, after WireGuard's recovery, fails again: evidence
+    assert _two_paths(direct, wg_since=52.0, tunnel_ran=58.0).failure() == "tunnel_mqtt_failed"

@@ -90,6 +90,7 @@ servers = ["127.0.0.1:6443"]
 
 [remediation]
 mode = "none"
+restart_jitter = "0s"
 
 [remediation.service]
 timeout = "10s"

@@ -135,6 +135,7 @@ connect_timeout = "1s"
 
 [remediation]
 mode = "none"
+restart_jitter = "0s"
 
 [remediation.service]
 timeout = "20s"

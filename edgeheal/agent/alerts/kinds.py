@@ -72,8 +72,8 @@ SUBSYSTEM_KINDS: dict[str, Kind] = {
         "again within `verify_timeout`."),
     "control_ladder.skipped": Kind(
         "warning", "The control check failed but the agent was not restarted; "
-        "`detail.reason` says why (`server_unreachable`, `path_down`, `other_ladder`, "
-        "`verdict_window`, a safeguard, or a dry run)."),
+        "`detail.reason` says why (`server_unreachable`, `fleet_hold`, `path_down`, "
+        "`other_ladder`, `verdict_window`, a safeguard, or a dry run)."),
     "control_ladder.circuit_open": Kind(
         "critical", "`give_up_after` agent restarts in a row did not cure the control path: "
         "no more until it is ok again or `edgeheal remediation reset --ladder control`. A "

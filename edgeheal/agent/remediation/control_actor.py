@@ -20,6 +20,11 @@ socket, the counters and the ``/status`` view — must stay one implementation
   (``balancer_state``; k3s-io/k3s#11349) when the agent's user may remove it; the shipped
   unit (``ProtectSystem=strict``) may not, and the restart then goes ahead without and its
   alerts say why in ``detail.balancer_state``;
+- a fleet hold (``[fleet] hold``) holds it as it holds the Flannel ladder (the base
+  class's :meth:`fleet_hold` reads the alert link's last hold), and the first restart of
+  an episode waits its random part of ``[remediation] restart_jitter`` (drawn by the pure
+  ladder from the actor's ``rng``, kept in the history): a fault on the server's side
+  reaches every node's Lease in the same second;
 - recovery is a fresh ``ok`` of the ``control`` check after the restart, and its effective
   state ``ok`` (the debounce through): else the next decision restarts again;
 - its own alert kinds (``control_ladder.*``), control commands
@@ -83,7 +88,7 @@ class ControlRemediator(Remediator):
         "skipped": "K3sAgentRestartSkipped", "circuit_open": "ControlCircuitOpen"}
     WHAT: ClassVar[str] = "the K3s agent"
     SUBJECT: ClassVar[str] = "the control path"
-    OBEYS_FLEET_HOLD: ClassVar[bool] = False  # the pure ladder does not read a fleet hold
+    OBEYS_FLEET_HOLD: ClassVar[bool] = True  # a server-side fault stales every node at once
     COUNTED: ClassVar[tuple[tuple[str, str], ...]] = (
         *(("restart", r) for r in RESTART_RESULTS),
         *(("skip", r) for r in control.SKIP_REASONS),
@@ -99,7 +104,8 @@ class ControlRemediator(Remediator):
             act_after=self.ladder.act_after, not_ready_window=self.ladder.not_ready_window,
             cooldown=self.ladder.cooldown, max_per_hour=self.ladder.max_per_hour,
             startup_grace=self.ladder.startup_grace,
-            give_up_after=self.ladder.give_up_after, dry_run=self.ladder.dry_run)
+            give_up_after=self.ladder.give_up_after,
+            restart_jitter=ctx.config.remediation.restart_jitter, dry_run=self.ladder.dry_run)
         self._reason: str | None = None
         self._reason_since = -math.inf
         self._probed: float | None = None
@@ -160,8 +166,12 @@ class ControlRemediator(Remediator):
             self._reason, self._reason_since = reason, self.clock()
         view = control.view_of(snap, self.config, busy=self.others(),
                                booted_mono=self.clock() - self.boot_clock(),
-                               reason_since=self._reason_since)
-        return control.decide(view, self.history, self.clock(), self.limits)
+                               reason_since=self._reason_since, fleet_hold=self.fleet_hold())
+        seen = control.episode_over(view, self.history)
+        if seen is not self.history:
+            self.store(seen)
+        return control.decide(view, self.history, self.clock(), self.limits,
+                              rand=self.rng.random)
 
     def remedy_for(self, action: Action) -> tuple[Remedy | None, str]:
         # even when the probe said "not usable": the restart then fails with the remedy's

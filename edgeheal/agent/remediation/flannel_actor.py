@@ -292,6 +292,8 @@ class Remediator:
         """*ladder hook*: the pure decision on this snapshot."""
         view = self.tunnel_view(snap)
         self.reporter.follow(view)
+        for name in view.awaiting:  # the evidence a tunnel-path failure waits for, soon
+            self.ctx.hasten(name)
         return policy.decide(view, self.history, self.clock(), self.settings,
                              rand=self.rng.random)
 

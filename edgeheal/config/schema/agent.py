@@ -93,9 +93,9 @@ class FleetSettings:
     hold: bool = setting(
         False, "Subscribe to `<topic_prefix>/fleet/hold` on the alert connection (one "
         "subscription, retained; needs `[alerts] target`) and obey a valid hold: while it "
-        "holds, the Flannel ladder skips with `fleet_hold` (the uplink ladder is "
-        "unaffected). Set and released by `edgeheal fleet hold` / `release`. Costs nothing "
-        "between holds; ~200 bytes per hold set or released. Off by default.")
+        "holds, the Flannel and the control ladders skip with `fleet_hold` (the uplink "
+        "ladder is unaffected). Set and released by `edgeheal fleet hold` / `release`. "
+        "Costs nothing between holds; ~200 bytes per hold set or released. Off by default.")
     max_hold: float = setting(
         43200.0, "A hold whose `until` is further ahead than this is refused (and alerted): "
         "a hold that outlives its incident is a fleet that no longer heals itself.",

@@ -198,8 +198,8 @@ class RemediationSettings:
         "(uniform, drawn once per episode) after every other safeguard has let it through: "
         "a hub fault fails every edge's tunnel in the same second, and this spreads their "
         "restarts instead of sending them to the K3s server at once. Later restarts of the "
-        "same episode keep `cooldown` only. 0 turns it off.", duration=True,
-        bounds=(0.0, 3600.0))
+        "same episode keep `cooldown` only. The control ladder's first K3s-agent restart "
+        "waits the same way. 0 turns it off.", duration=True, bounds=(0.0, 3600.0))
     pod: PodRemedySettings = field(default_factory=PodRemedySettings)
     service: ServiceSettings = field(default_factory=ServiceSettings)
     rebind: RebindSettings = field(default_factory=RebindSettings)
