@@ -136,10 +136,11 @@ def _free_port(ns: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_alerting(world: FleetWorld) -> Path:
-    """Prometheus, Alertmanager and the receiver in the cloud; the receiver's log. At the
-    shipped defaults (``world.defaults``) the rule and the route are the shipped ones and
-    Prometheus scrapes and evaluates every 15 s."""
+def _start_alerting(world: FleetWorld) -> tuple[Path, Any]:
+    """Prometheus, Alertmanager and the receiver in the cloud; the receiver's log and
+    Prometheus (its process and port, for its own cost). At the shipped defaults
+    (``world.defaults``) the rule and the route are the shipped ones and Prometheus scrapes
+    and evaluates every 15 s."""
     every = "15s" if world.defaults else "1s"
     work = world.workdir / "alerting"
     (work / "prom").mkdir(parents=True)
@@ -179,11 +180,41 @@ def _start_alerting(world: FleetWorld) -> Path:
             {"targets": [f"127.0.0.1:{am_port}"]}]}]},
         "scrape_configs": [{"job_name": "edgeheal", "static_configs": [
             {"targets": [f"{e.edge_ip}:{AGENT_PORT}" for e in world.edges]}]}]}))
-    world.sandbox.spawn([PROMETHEUS, f"--config.file={work / 'prom' / 'prometheus.yml'}",
-                         f"--storage.tsdb.path={work / 'prom' / 'data'}",
-                         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                        ns=world.cloud, log_path=work / "prom" / "log")
-    return log
+    prom = world.sandbox.spawn([PROMETHEUS,
+                                f"--config.file={work / 'prom' / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={work / 'prom' / 'data'}",
+                                f"--web.listen-address=127.0.0.1:{prom_port}",
+                                "--log.level=warn"],
+                               ns=world.cloud, log_path=work / "prom" / "log")
+    return log, (prom, prom_port)
+
+
+PROM_SELF = ("prometheus_tsdb_head_series", "prometheus_tsdb_head_samples_appended_total",
+             "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
+
+
+def _cloud_cost(world: FleetWorld, prom: Any) -> dict[str, Any]:
+    """What the fleet costs the cloud's side right now: Prometheus's own figures (its
+    ``/metrics``: head series, samples appended, RSS, Go heap in use) and Mosquitto's RSS
+    and CPU seconds (``/proc``). Called twice, the difference gives the ingest rate."""
+    proc, port = prom
+    out: dict[str, Any] = {"mono": time.monotonic()}
+    try:
+        status, body = nsutil.http_get(world.cloud, "127.0.0.1", port, "/metrics")
+    except OSError as err:
+        out["prometheus_error"] = str(err)
+    else:
+        for line in body.decode(errors="replace").splitlines():
+            name, _, value = line.partition(" ")
+            if status == 200 and name in PROM_SELF:
+                out[name] = float(value)
+    out["prometheus_pid_rss_mb"] = round(proc_sample(proc.pid)["rss_mb"], 1)
+    assert world.broker is not None
+    assert world.broker.proc is not None
+    broker = proc_sample(world.broker.proc.pid)
+    out["mosquitto_rss_mb"] = round(broker["rss_mb"], 1)
+    out["mosquitto_cpu_seconds"] = broker["cpu_seconds"]
+    return out
 
 
 def _hub_fault(world: FleetWorld, on: bool) -> None:
@@ -233,6 +264,19 @@ async def _cost(world: FleetWorld, seconds: float) -> dict[str, Any]:
     }
 
 
+def _fault_cost(world: FleetWorld, lines0: int, prom: Any) -> dict[str, Any]:
+    """Broker messages and bytes (topic + payload) per node since line ``lines0`` of the
+    lab's subscriber, and the cloud's cost now (with Prometheus)."""
+    new = _broker_lines(world)[lines0:]
+    out: dict[str, Any] = {
+        "broker_messages_per_node_during_fault": round(len(new) / len(world.edges), 1),
+        "broker_bytes_per_node_during_fault": round(sum(len(x) for x in new)
+                                                    / len(world.edges))}
+    if prom is not None:
+        out["cloud_end_of_fault"] = _cloud_cost(world, prom)
+    return out
+
+
 async def _timeline(world: FleetWorld, t0: float, receiver_log: Path | None,
                     out: dict[str, Any]) -> None:
     """Every 0.25 s: seconds after ``t0`` of each Flannel pod replacement, and of the
@@ -260,16 +304,19 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool
         await world.build()
         for edge in world.edges:
             world.start_agent(edge)
-        await _until_all(world, _wg_ok, 180, "tunnels ok at start")
-        receiver_log = _start_alerting(world) if mode == "auto" else None
+        # a busy shared machine brings 20 or more tunnels up slowly: 9 s an edge, 3 min least
+        await _until_all(world, _wg_ok, max(180, 9 * edges), "tunnels ok at start")
+        receiver_log, prom = _start_alerting(world) if mode == "auto" else (None, None)
         if cost:
             result["healthy"] = await _cost(world, 60)
+        if prom is not None:
+            result["cloud_healthy"] = await asyncio.to_thread(_cloud_cost, world, prom)
         # past every agent's startup_grace (10 s tuned, 1 m shipped), the rules loaded
         await asyncio.sleep(70 if defaults else 15)
         base = _replacements(world)
         t_fault = time.monotonic()
         _hub_fault(world, True)
-        lines0 = len(_broker_lines(world))
+        lines0 = _broker_lines(world)
         sampler = asyncio.create_task(_timeline(world, t_fault, receiver_log, result),
                                       name="bench.timeline")
         if mode == "operator":
@@ -284,8 +331,7 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool
             result["receiver_said_hold"] = "fleet hold set until" in text
         await asyncio.sleep(max(0.0, fault - (time.monotonic() - t_fault)))
         during = _replacements(world)
-        result["broker_messages_per_node_during_fault"] = round(
-            (len(_broker_lines(world)) - lines0) / len(world.edges), 1)
+        result.update(await asyncio.to_thread(_fault_cost, world, len(lines0), prom))
         _hub_fault(world, False)
         t_lift = time.monotonic()
         recovered = await _until_all(world, _wg_ok, 300, "tunnels ok after the fault")
