@@ -295,17 +295,26 @@ async def _timeline(world: FleetWorld, t0: float, receiver_log: Path | None,
         await asyncio.sleep(0.25)
 
 
+async def _bring_up(world: FleetWorld) -> dict[str, float]:
+    """Build the world and start every agent; how long each took (the setup's cost)."""
+    began = time.monotonic()
+    await world.build()
+    built = time.monotonic() - began
+    for edge in world.edges:
+        world.start_agent(edge)
+    # a busy shared machine brings 20 or more tunnels up slowly: 9 s an edge, 3 min least
+    up = await _until_all(world, _wg_ok, max(180, 9 * len(world.edges)),
+                          "tunnels ok at start")
+    return {"build_s": round(built, 1), "tunnels_ok_after_agents_s": round(max(up.values()), 1)}
+
+
 async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool,
                defaults: bool = False) -> dict[str, Any]:
     world = FleetWorld(workdir / mode, edges=edges, defaults=defaults)
     result: dict[str, Any] = {"mode": mode, "edges": edges, "fault_seconds": fault,
                               "defaults": defaults, "load_start": loadavg()}
     try:
-        await world.build()
-        for edge in world.edges:
-            world.start_agent(edge)
-        # a busy shared machine brings 20 or more tunnels up slowly: 9 s an edge, 3 min least
-        await _until_all(world, _wg_ok, max(180, 9 * edges), "tunnels ok at start")
+        result.update(await _bring_up(world))
         receiver_log, prom = _start_alerting(world) if mode == "auto" else (None, None)
         if cost:
             result["healthy"] = await _cost(world, 60)
