@@ -2,6 +2,7 @@
 with the automatic one.
 
     python bench/fleet.py [--edges 5] [--fault 120] [--modes none,operator,auto]
+                          [--defaults] [--keep-firing-for 20s]
                           [--out fleet.json]                  (root: it builds lab worlds)
 
 Each mode builds a fresh lab world (:mod:`edgeheal.lab.world`: N edges on real
@@ -20,7 +21,8 @@ edge's direct path keeps working. Then it lifts the fault and watches the edges 
   Alertmanager routes it with the shipped route to ``edgeheal fleet receive``. The rule's
   ``for:`` is scaled to the lab's tuning: the shipped 1 m is half the shipped ``cooldown``
   (2 m), and the lab's cooldown is 20 s, so 10 s; its ``keep_firing_for`` (a shipped
-  cooldown) likewise 20 s; the route's ``group_interval`` is 1 s.
+  cooldown) likewise 20 s (``--keep-firing-for`` sets another); the route's
+  ``group_interval`` is 1 s.
 
 Counted, from the cloud's side: Flannel pod replacements (what the K3s API server
 suffers: each one is a pod deletion and a tunnel rebuild) during the fault and after it;
@@ -71,6 +73,9 @@ ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-a
 class FleetWorld(BenchWorld):
     """The lab world; each agent also listens on its uplink address (the cloud's
     Prometheus scrapes it there) and obeys the fleet hold."""
+
+    keep_firing_for = LAB_KEEP
+    """The fleet rule's ``keep_firing_for`` at the lab's tuning (``--keep-firing-for``)."""
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
         text = super().agent_config(edge, remediation=remediation, extra=extra + FLEET)
@@ -170,7 +175,7 @@ def _start_alerting(world: FleetWorld) -> tuple[Path, Any]:
     for group in rules["groups"]:
         for rule in group["rules"]:
             if rule.get("alert") == ALERT and not world.defaults:
-                rule["for"], rule["keep_firing_for"] = LAB_FOR, LAB_KEEP
+                rule["for"], rule["keep_firing_for"] = LAB_FOR, world.keep_firing_for
     (work / "prom" / "alerts.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     (work / "prom" / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": every, "evaluation_interval": every,
@@ -199,15 +204,19 @@ def _cloud_cost(world: FleetWorld, prom: Any) -> dict[str, Any]:
     and CPU seconds (``/proc``). Called twice, the difference gives the ingest rate."""
     proc, port = prom
     out: dict[str, Any] = {"mono": time.monotonic()}
-    try:
-        status, body = nsutil.http_get(world.cloud, "127.0.0.1", port, "/metrics")
-    except OSError as err:
-        out["prometheus_error"] = str(err)
-    else:
+    for attempt in range(30):  # Prometheus may still be starting: 30 tries, 1 s apart
+        try:
+            status, body = nsutil.http_get(world.cloud, "127.0.0.1", port, "/metrics")
+        except OSError as err:
+            out["prometheus_error"] = f"{err} (after {attempt + 1} tries)"
+            time.sleep(1.0)
+            continue
+        out.pop("prometheus_error", None)
         for line in body.decode(errors="replace").splitlines():
-            name, _, value = line.partition(" ")
-            if status == 200 and name in PROM_SELF:
-                out[name] = float(value)
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if status == 200 and name in PROM_SELF:  # summed over labels (type="float")
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        break
     out["prometheus_pid_rss_mb"] = round(proc_sample(proc.pid)["rss_mb"], 1)
     assert world.broker is not None
     assert world.broker.proc is not None
@@ -279,19 +288,25 @@ def _fault_cost(world: FleetWorld, lines0: int, prom: Any) -> dict[str, Any]:
 
 async def _timeline(world: FleetWorld, t0: float, receiver_log: Path | None,
                     out: dict[str, Any]) -> None:
-    """Every 0.25 s: seconds after ``t0`` of each Flannel pod replacement, and of the
-    receiver's first "fleet hold set" line."""
+    """Every 0.25 s: seconds after ``t0`` of each Flannel pod replacement (all, and by
+    edge), and of the receiver's first "fleet hold set" and "released" lines."""
     seen = _replacements(world)
     restarts: list[float] = out.setdefault("restart_times_s", [])
+    by_edge: dict[str, list[float]] = out.setdefault("restart_times_by_edge_s", {})
     while True:
         now = _replacements(world)
         for name, count in now.items():
-            restarts.extend([round(time.monotonic() - t0, 1)] * (count - seen[name]))
+            moment = round(time.monotonic() - t0, 1)
+            restarts.extend([moment] * (count - seen[name]))
+            if count > seen[name]:
+                by_edge.setdefault(name, []).extend([moment] * (count - seen[name]))
         seen = now
-        if receiver_log is not None and "hold_set_s" not in out:
+        if receiver_log is not None and "hold_released_s" not in out:
             text = await asyncio.to_thread(receiver_log.read_text, errors="replace")
-            if "fleet hold set until" in text:
+            if "hold_set_s" not in out and "fleet hold set until" in text:
                 out["hold_set_s"] = round(time.monotonic() - t0, 1)
+            if "hold_set_s" in out and "fleet hold released" in text:
+                out["hold_released_s"] = round(time.monotonic() - t0, 1)
         await asyncio.sleep(0.25)
 
 
@@ -359,6 +374,7 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool
             "restarts_after_lift": {n: after[n] - during[n] for n in base},
             "recovery_s": {"median": round(statistics.median(recovered.values()), 1),
                            "max": round(max(recovered.values()), 1)},
+            "recovery_by_edge_s": {n: round(s, 1) for n, s in recovered.items()},
             "fault_to_lift_s": round(t_lift - t_fault, 1),
         })
     finally:
@@ -376,11 +392,15 @@ def main() -> int:
     parser.add_argument("--fault", type=float, default=120.0)
     parser.add_argument("--modes", default="none,operator,auto")
     parser.add_argument("--out", type=Path, default=Path("fleet.json"))
+    parser.add_argument("--keep-firing-for", default=LAB_KEEP,
+                        help="the fleet rule's keep_firing_for at the lab's tuning "
+                        f"(default {LAB_KEEP}; the shipped rule's with --defaults)")
     parser.add_argument("--defaults", action="store_true",
                         help="agents, rule and route on the shipped defaults (Prometheus "
                         "every 15 s)")
     args = parser.parse_args()
     modes = args.modes.split(",")
+    FleetWorld.keep_firing_for = args.keep_firing_for
     if not set(modes) <= {"none", "operator", "auto"}:
         parser.error("--modes: a comma-separated subset of none, operator, auto")
 
