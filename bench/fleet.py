@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -281,9 +282,26 @@ def _fault_cost(world: FleetWorld, lines0: int, prom: Any) -> dict[str, Any]:
         "broker_messages_per_node_during_fault": round(len(new) / len(world.edges), 1),
         "broker_bytes_per_node_during_fault": round(sum(len(x) for x in new)
                                                     / len(world.edges))}
+    out["broker_messages_during_fault_by_kind"] = _by_kind(new)
     if prom is not None:
         out["cloud_end_of_fault"] = _cloud_cost(world, prom)
     return out
+
+
+def _by_kind(lines: list[str]) -> dict[str, int]:
+    """The subscriber's ``topic payload`` lines counted by what they are: ``status`` (the
+    retained state), an alert's ``kind``, or the topic's last level (the fleet hold)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        topic, _, payload = line.partition(" ")
+        what = topic.rsplit("/", 1)[-1]
+        if what == "alerts":
+            try:
+                what = str(json.loads(payload).get("kind"))
+            except (ValueError, AttributeError):
+                what = "alerts (unparsed)"
+        counts[what] = counts.get(what, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 async def _timeline(world: FleetWorld, t0: float, receiver_log: Path | None,
