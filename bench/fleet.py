@@ -2,6 +2,7 @@
 with the automatic one.
 
     python bench/fleet.py [--edges 5] [--fault 120] [--modes none,operator,auto]
+                          [--defaults] [--keep-firing-for 20s]
                           [--out fleet.json]                  (root: it builds lab worlds)
 
 Each mode builds a fresh lab world (:mod:`edgeheal.lab.world`: N edges on real
@@ -20,7 +21,8 @@ edge's direct path keeps working. Then it lifts the fault and watches the edges 
   Alertmanager routes it with the shipped route to ``edgeheal fleet receive``. The rule's
   ``for:`` is scaled to the lab's tuning: the shipped 1 m is half the shipped ``cooldown``
   (2 m), and the lab's cooldown is 20 s, so 10 s; its ``keep_firing_for`` (a shipped
-  cooldown) likewise 20 s; the route's ``group_interval`` is 1 s.
+  cooldown) likewise 20 s (``--keep-firing-for`` sets another); the route's
+  ``group_interval`` is 1 s.
 
 Counted, from the cloud's side: Flannel pod replacements (what the K3s API server
 suffers: each one is a pod deletion and a tunnel rebuild) during the fault and after it;
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -71,6 +74,9 @@ ALERTMANAGER = shutil.which("prometheus-alertmanager") or "/usr/bin/prometheus-a
 class FleetWorld(BenchWorld):
     """The lab world; each agent also listens on its uplink address (the cloud's
     Prometheus scrapes it there) and obeys the fleet hold."""
+
+    keep_firing_for = LAB_KEEP
+    """The fleet rule's ``keep_firing_for`` at the lab's tuning (``--keep-firing-for``)."""
 
     def agent_config(self, edge: Edge, *, remediation: str = "pod", extra: str = "") -> str:
         text = super().agent_config(edge, remediation=remediation, extra=extra + FLEET)
@@ -136,10 +142,11 @@ def _free_port(ns: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _start_alerting(world: FleetWorld) -> Path:
-    """Prometheus, Alertmanager and the receiver in the cloud; the receiver's log. At the
-    shipped defaults (``world.defaults``) the rule and the route are the shipped ones and
-    Prometheus scrapes and evaluates every 15 s."""
+def _start_alerting(world: FleetWorld) -> tuple[Path, Any]:
+    """Prometheus, Alertmanager and the receiver in the cloud; the receiver's log and
+    Prometheus (its process and port, for its own cost). At the shipped defaults
+    (``world.defaults``) the rule and the route are the shipped ones and Prometheus scrapes
+    and evaluates every 15 s."""
     every = "15s" if world.defaults else "1s"
     work = world.workdir / "alerting"
     (work / "prom").mkdir(parents=True)
@@ -169,7 +176,7 @@ def _start_alerting(world: FleetWorld) -> Path:
     for group in rules["groups"]:
         for rule in group["rules"]:
             if rule.get("alert") == ALERT and not world.defaults:
-                rule["for"], rule["keep_firing_for"] = LAB_FOR, LAB_KEEP
+                rule["for"], rule["keep_firing_for"] = LAB_FOR, world.keep_firing_for
     (work / "prom" / "alerts.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     (work / "prom" / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": every, "evaluation_interval": every,
@@ -179,11 +186,45 @@ def _start_alerting(world: FleetWorld) -> Path:
             {"targets": [f"127.0.0.1:{am_port}"]}]}]},
         "scrape_configs": [{"job_name": "edgeheal", "static_configs": [
             {"targets": [f"{e.edge_ip}:{AGENT_PORT}" for e in world.edges]}]}]}))
-    world.sandbox.spawn([PROMETHEUS, f"--config.file={work / 'prom' / 'prometheus.yml'}",
-                         f"--storage.tsdb.path={work / 'prom' / 'data'}",
-                         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                        ns=world.cloud, log_path=work / "prom" / "log")
-    return log
+    prom = world.sandbox.spawn([PROMETHEUS,
+                                f"--config.file={work / 'prom' / 'prometheus.yml'}",
+                                f"--storage.tsdb.path={work / 'prom' / 'data'}",
+                                f"--web.listen-address=127.0.0.1:{prom_port}",
+                                "--log.level=warn"],
+                               ns=world.cloud, log_path=work / "prom" / "log")
+    return log, (prom, prom_port)
+
+
+PROM_SELF = ("prometheus_tsdb_head_series", "prometheus_tsdb_head_samples_appended_total",
+             "process_resident_memory_bytes", "go_memstats_heap_inuse_bytes")
+
+
+def _cloud_cost(world: FleetWorld, prom: Any) -> dict[str, Any]:
+    """What the fleet costs the cloud's side right now: Prometheus's own figures (its
+    ``/metrics``: head series, samples appended, RSS, Go heap in use) and Mosquitto's RSS
+    and CPU seconds (``/proc``). Called twice, the difference gives the ingest rate."""
+    proc, port = prom
+    out: dict[str, Any] = {"mono": time.monotonic()}
+    for attempt in range(30):  # Prometheus may still be starting: 30 tries, 1 s apart
+        try:
+            status, body = nsutil.http_get(world.cloud, "127.0.0.1", port, "/metrics")
+        except OSError as err:
+            out["prometheus_error"] = f"{err} (after {attempt + 1} tries)"
+            time.sleep(1.0)
+            continue
+        out.pop("prometheus_error", None)
+        for line in body.decode(errors="replace").splitlines():
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            if status == 200 and name in PROM_SELF:  # summed over labels (type="float")
+                out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+        break
+    out["prometheus_pid_rss_mb"] = round(proc_sample(proc.pid)["rss_mb"], 1)
+    assert world.broker is not None
+    assert world.broker.proc is not None
+    broker = proc_sample(world.broker.proc.pid)
+    out["mosquitto_rss_mb"] = round(broker["rss_mb"], 1)
+    out["mosquitto_cpu_seconds"] = broker["cpu_seconds"]
+    return out
 
 
 def _hub_fault(world: FleetWorld, on: bool) -> None:
@@ -233,22 +274,71 @@ async def _cost(world: FleetWorld, seconds: float) -> dict[str, Any]:
     }
 
 
+def _fault_cost(world: FleetWorld, lines0: int, prom: Any) -> dict[str, Any]:
+    """Broker messages and bytes (topic + payload) per node since line ``lines0`` of the
+    lab's subscriber, and the cloud's cost now (with Prometheus)."""
+    new = _broker_lines(world)[lines0:]
+    out: dict[str, Any] = {
+        "broker_messages_per_node_during_fault": round(len(new) / len(world.edges), 1),
+        "broker_bytes_per_node_during_fault": round(sum(len(x) for x in new)
+                                                    / len(world.edges))}
+    out["broker_messages_during_fault_by_kind"] = _by_kind(new)
+    if prom is not None:
+        out["cloud_end_of_fault"] = _cloud_cost(world, prom)
+    return out
+
+
+def _by_kind(lines: list[str]) -> dict[str, int]:
+    """The subscriber's ``topic payload`` lines counted by what they are: ``status`` (the
+    retained state), an alert's ``kind``, or the topic's last level (the fleet hold)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        topic, _, payload = line.partition(" ")
+        what = topic.rsplit("/", 1)[-1]
+        if what == "alerts":
+            try:
+                what = str(json.loads(payload).get("kind"))
+            except (ValueError, AttributeError):
+                what = "alerts (unparsed)"
+        counts[what] = counts.get(what, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 async def _timeline(world: FleetWorld, t0: float, receiver_log: Path | None,
                     out: dict[str, Any]) -> None:
-    """Every 0.25 s: seconds after ``t0`` of each Flannel pod replacement, and of the
-    receiver's first "fleet hold set" line."""
+    """Every 0.25 s: seconds after ``t0`` of each Flannel pod replacement (all, and by
+    edge), and of the receiver's first "fleet hold set" and "released" lines."""
     seen = _replacements(world)
     restarts: list[float] = out.setdefault("restart_times_s", [])
+    by_edge: dict[str, list[float]] = out.setdefault("restart_times_by_edge_s", {})
     while True:
         now = _replacements(world)
         for name, count in now.items():
-            restarts.extend([round(time.monotonic() - t0, 1)] * (count - seen[name]))
+            moment = round(time.monotonic() - t0, 1)
+            restarts.extend([moment] * (count - seen[name]))
+            if count > seen[name]:
+                by_edge.setdefault(name, []).extend([moment] * (count - seen[name]))
         seen = now
-        if receiver_log is not None and "hold_set_s" not in out:
+        if receiver_log is not None and "hold_released_s" not in out:
             text = await asyncio.to_thread(receiver_log.read_text, errors="replace")
-            if "fleet hold set until" in text:
+            if "hold_set_s" not in out and "fleet hold set until" in text:
                 out["hold_set_s"] = round(time.monotonic() - t0, 1)
+            if "hold_set_s" in out and "fleet hold released" in text:
+                out["hold_released_s"] = round(time.monotonic() - t0, 1)
         await asyncio.sleep(0.25)
+
+
+async def _bring_up(world: FleetWorld) -> dict[str, float]:
+    """Build the world and start every agent; how long each took (the setup's cost)."""
+    began = time.monotonic()
+    await world.build()
+    built = time.monotonic() - began
+    for edge in world.edges:
+        world.start_agent(edge)
+    # a busy shared machine brings 20 or more tunnels up slowly: 9 s an edge, 3 min least
+    up = await _until_all(world, _wg_ok, max(180, 9 * len(world.edges)),
+                          "tunnels ok at start")
+    return {"build_s": round(built, 1), "tunnels_ok_after_agents_s": round(max(up.values()), 1)}
 
 
 async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool,
@@ -257,19 +347,18 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool
     result: dict[str, Any] = {"mode": mode, "edges": edges, "fault_seconds": fault,
                               "defaults": defaults, "load_start": loadavg()}
     try:
-        await world.build()
-        for edge in world.edges:
-            world.start_agent(edge)
-        await _until_all(world, _wg_ok, 180, "tunnels ok at start")
-        receiver_log = _start_alerting(world) if mode == "auto" else None
+        result.update(await _bring_up(world))
+        receiver_log, prom = _start_alerting(world) if mode == "auto" else (None, None)
         if cost:
             result["healthy"] = await _cost(world, 60)
+        if prom is not None:
+            result["cloud_healthy"] = await asyncio.to_thread(_cloud_cost, world, prom)
         # past every agent's startup_grace (10 s tuned, 1 m shipped), the rules loaded
         await asyncio.sleep(70 if defaults else 15)
         base = _replacements(world)
         t_fault = time.monotonic()
         _hub_fault(world, True)
-        lines0 = len(_broker_lines(world))
+        lines0 = _broker_lines(world)
         sampler = asyncio.create_task(_timeline(world, t_fault, receiver_log, result),
                                       name="bench.timeline")
         if mode == "operator":
@@ -284,8 +373,7 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool
             result["receiver_said_hold"] = "fleet hold set until" in text
         await asyncio.sleep(max(0.0, fault - (time.monotonic() - t_fault)))
         during = _replacements(world)
-        result["broker_messages_per_node_during_fault"] = round(
-            (len(_broker_lines(world)) - lines0) / len(world.edges), 1)
+        result.update(await asyncio.to_thread(_fault_cost, world, len(lines0), prom))
         _hub_fault(world, False)
         t_lift = time.monotonic()
         recovered = await _until_all(world, _wg_ok, 300, "tunnels ok after the fault")
@@ -304,6 +392,7 @@ async def once(workdir: Path, mode: str, edges: int, fault: float, *, cost: bool
             "restarts_after_lift": {n: after[n] - during[n] for n in base},
             "recovery_s": {"median": round(statistics.median(recovered.values()), 1),
                            "max": round(max(recovered.values()), 1)},
+            "recovery_by_edge_s": {n: round(s, 1) for n, s in recovered.items()},
             "fault_to_lift_s": round(t_lift - t_fault, 1),
         })
     finally:
@@ -321,11 +410,15 @@ def main() -> int:
     parser.add_argument("--fault", type=float, default=120.0)
     parser.add_argument("--modes", default="none,operator,auto")
     parser.add_argument("--out", type=Path, default=Path("fleet.json"))
+    parser.add_argument("--keep-firing-for", default=LAB_KEEP,
+                        help="the fleet rule's keep_firing_for at the lab's tuning "
+                        f"(default {LAB_KEEP}; the shipped rule's with --defaults)")
     parser.add_argument("--defaults", action="store_true",
                         help="agents, rule and route on the shipped defaults (Prometheus "
                         "every 15 s)")
     args = parser.parse_args()
     modes = args.modes.split(",")
+    FleetWorld.keep_firing_for = args.keep_firing_for
     if not set(modes) <= {"none", "operator", "auto"}:
         parser.error("--modes: a comma-separated subset of none, operator, auto")
 
