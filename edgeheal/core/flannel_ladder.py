@@ -258,7 +258,8 @@ def awaiting(tunnel: Mapping[str, CheckStatus], direct: Mapping[str, CheckStatus
     drops fails the tunnel-path probe a moment before the direct one, and that is no
     Flannel fault (seen in the lab's modem-drops-ip, 0.1 s apart). A failing tunnel-path
     target whose last run began before WireGuard was ok again: its timeout may be from
-    the tunnel's roaming (node-ip-changed). Empty when nothing fails on the tunnel path."""
+    the tunnel's roaming (node-ip-changed); or whose latest run passed (recovering).
+    Empty when nothing fails on the tunnel path."""
     failing = {n: s for n, s in tunnel.items() if s.state is State.FAILED}
     if not failing:
         return ()
@@ -267,6 +268,11 @@ def awaiting(tunnel: Mapping[str, CheckStatus], direct: Mapping[str, CheckStatus
              or (s.observed is not None and s.observed.state is not State.OK)]
     if wireguard is not None and wireguard.state is State.OK:
         stale += [n for n, s in failing.items() if _began(s) < wireguard.since_mono]
+    # a failing target whose latest run passed is recovering (its debounce still says
+    # failed): after a hub fault the fleet hold is released on WireGuard's recovery while
+    # the targets still wait out recover_after (bench/fleet.py saw restarts there)
+    stale += [n for n, s in failing.items()
+              if s.observed is not None and s.observed.state is State.OK and n not in stale]
     return tuple(sorted(stale))
 
 

@@ -383,3 +383,17 @@ def test_a_tunnel_path_timeout_from_before_wireguard_recovered_is_asked_again() 
     assert seen.failure() is None
     # its next run, after WireGuard's recovery, fails again: evidence
     assert _two_paths(direct, wg_since=52.0, tunnel_ran=58.0).failure() == "tunnel_mqtt_failed"
+
+
+def test_a_recovering_tunnel_path_target_is_no_evidence() -> None:
+    """Its debounce still says failed, its latest run passed: after a hub fault the hold
+    is released on WireGuard's recovery while the targets wait out recover_after."""
+    direct = _target("direct", OK, since=1.0, ran=55.0)
+    wg = _target("wireguard", OK, since=1.0, ran=60.0)
+    for raw, evidence in ((OK, None), (FAIL, "tunnel_mqtt_failed")):
+        cloud = _target("cloud", FAIL, since=50.0, ran=58.0, raw=raw)
+        snap = Snapshot(node="n", checks={"wireguard": wg, "cloud": cloud, "direct": direct},
+                        started_mono=0.0, taken_mono=100.0, round_complete=True)
+        seen = view_of(snap, loads_generic(TWO_PATHS), mode="pod")
+        assert seen.failure() == evidence
+        assert seen.awaiting == (() if evidence else ("cloud",))
