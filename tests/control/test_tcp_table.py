@@ -20,16 +20,21 @@ def test_a_loopback_connection_reads_back_with_its_addresses(family: int, host: 
     client = socket.create_connection((host, port), timeout=5.0)
     served, _ = listener.accept()
     try:
-        rows = tcp_sockets.table(ports={port})
+        every = tcp_sockets.table(ports={port})
         mine = client.getsockname()[:2]
+        # another test's closed connection on the same port number may linger in
+        # TIME_WAIT: keep this test's own rows (the listener, both ends of the connection)
+        rows = [r for r in every if (r.state == "listen" and r.local == (host, port))
+                or mine in (r.local, r.remote)]
         assert {r.state for r in rows} == {"listen", "established"}
+        assert len(rows) == 3
         (out,) = [r for r in rows if r.local == mine]
         assert out.remote == (host, port)
         assert (out.unacked, out.retransmits, out.probes) == (0, 0, 0)
         (listen,) = [r for r in rows if r.state == "listen"]
         assert listen.local == (host, port)
-        assert all(port in (r.local[1], r.remote[1]) for r in rows)
-        assert len(tcp_sockets.table()) >= len(rows)  # unfiltered: at least these
+        assert all(port in (r.local[1], r.remote[1]) for r in every)
+        assert len(tcp_sockets.table()) >= len(every)  # unfiltered: at least these
     finally:
         for sock in (client, served, listener):
             sock.close()
