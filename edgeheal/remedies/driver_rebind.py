@@ -165,7 +165,7 @@ class DriverRebind:
         target = self._target()
         unbind, bind = target.driver_dir / "unbind", target.driver_dir / "bind"
         try:
-            unbind.write_text(target.interface, encoding="ascii")
+            await asyncio.to_thread(unbind.write_text, target.interface, encoding="ascii")
         except OSError as err:
             raise RemedyError(f"cannot write {unbind}: {err.strerror}",
                               config_problem=isinstance(err, PermissionError)) from err
@@ -173,7 +173,7 @@ class DriverRebind:
             await asyncio.sleep(self.settle)
         finally:
             try:
-                bind.write_text(target.interface, encoding="ascii")
+                await asyncio.to_thread(bind.write_text, target.interface, encoding="ascii")
             except OSError as err:
                 raise RemedyError(f"unbound {target.interface} from {target.driver} but "
                                   f"cannot bind it again: {err.strerror}; `echo "

@@ -95,7 +95,7 @@ class UsbReauthorize:
         path = await self._path()
         attr = path / "authorized"
         try:
-            attr.write_text("0\n", encoding="ascii")
+            await asyncio.to_thread(attr.write_text, "0\n", encoding="ascii")
         except OSError as err:
             raise RemedyError(f"cannot write {attr}: {err.strerror}",
                               config_problem=isinstance(err, PermissionError)) from err
@@ -103,7 +103,7 @@ class UsbReauthorize:
             await asyncio.sleep(self.settle)
         finally:
             try:
-                attr.write_text("1\n", encoding="ascii")
+                await asyncio.to_thread(attr.write_text, "1\n", encoding="ascii")
             except OSError as err:
                 raise RemedyError(f"de-authorized {path.name} but cannot authorize it "
                                   f"again: {err.strerror}; a human is needed") from err
